@@ -1,0 +1,1 @@
+//! Real-text corpora (skeleton; the loaders land in their own commits).

@@ -1,0 +1,244 @@
+//! Figures as data.
+//!
+//! An experiment never draws: it records a [`Figure`] (series, heatmap values or
+//! points, with labels) as JSON in its run folder, and the renderer turns that into
+//! SVG and PNG. So `mechlab report <run>` rebuilds every picture from the run folder
+//! alone, a user can re-plot the same numbers in Python from the JSON, and the
+//! plotting crate can be swapped in one place.
+//!
+//! ```
+//! use mechlab_report::spec::{Figure, Series};
+//! let fig = Figure::lines("loss", "Training loss", "step", "loss")
+//!     .log_x()
+//!     .with_series(Series::new("train", vec![1.0, 2.0, 4.0], vec![1.0, 0.5, 0.25]))
+//!     .with_hline("Bayes bound", 0.2);
+//! let json = serde_json::to_string(&fig).unwrap();
+//! let back: Figure = serde_json::from_str(&json).unwrap();
+//! assert_eq!(back.id, "loss");
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// One figure of a report; `id` is its file stem under `figures/`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Figure {
+    pub id: String,
+    pub title: String,
+    /// One or two sentences under the figure: what to look for.
+    #[serde(default)]
+    pub caption: String,
+    pub plot: Plot,
+}
+
+/// What a figure shows.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Plot {
+    /// Curves against a shared x axis, with optional horizontal reference lines
+    /// (baselines, bounds, a theory's prediction).
+    Lines {
+        x_label: String,
+        y_label: String,
+        #[serde(default)]
+        log_x: bool,
+        #[serde(default)]
+        log_y: bool,
+        series: Vec<Series>,
+        #[serde(default)]
+        hlines: Vec<RefLine>,
+    },
+    /// A matrix of values, row-major `[rows, cols]`. `diverging` uses a blue-white-red
+    /// map centred on zero (for signed quantities such as Gram entries or gaps).
+    Heatmap {
+        x_label: String,
+        y_label: String,
+        rows: usize,
+        cols: usize,
+        values: Vec<f64>,
+        #[serde(default)]
+        row_ticks: Vec<String>,
+        #[serde(default)]
+        col_ticks: Vec<String>,
+        #[serde(default)]
+        diverging: bool,
+    },
+    /// Points, optionally labelled (a word next to its point) and grouped (one
+    /// colour per group), with optional lines drawn over them (a fitted or
+    /// theoretical slope).
+    Scatter {
+        x_label: String,
+        y_label: String,
+        points: Vec<Point>,
+        #[serde(default)]
+        lines: Vec<Series>,
+    },
+}
+
+/// One named curve.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub x: Vec<f64>,
+    pub y: Vec<f64>,
+    /// Drawn dashed (theory, baselines) rather than solid (measurements).
+    #[serde(default)]
+    pub dashed: bool,
+}
+
+/// A horizontal reference line across a line plot.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RefLine {
+    pub name: String,
+    pub y: f64,
+}
+
+/// One scatter point.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+    /// Text drawn beside the point (e.g. the word), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Colour group (e.g. "positive" / "negative"), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+impl Series {
+    pub fn new(name: &str, x: Vec<f64>, y: Vec<f64>) -> Self {
+        Series {
+            name: name.to_string(),
+            x,
+            y,
+            dashed: false,
+        }
+    }
+    pub fn dashed(mut self) -> Self {
+        self.dashed = true;
+        self
+    }
+}
+
+impl Figure {
+    /// An empty line plot; add curves with [`Figure::with_series`].
+    pub fn lines(id: &str, title: &str, x_label: &str, y_label: &str) -> Self {
+        Figure {
+            id: id.to_string(),
+            title: title.to_string(),
+            caption: String::new(),
+            plot: Plot::Lines {
+                x_label: x_label.to_string(),
+                y_label: y_label.to_string(),
+                log_x: false,
+                log_y: false,
+                series: Vec::new(),
+                hlines: Vec::new(),
+            },
+        }
+    }
+
+    /// A heatmap of `values` (row-major `[rows, cols]`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn heatmap(
+        id: &str,
+        title: &str,
+        x_label: &str,
+        y_label: &str,
+        rows: usize,
+        cols: usize,
+        values: Vec<f64>,
+        diverging: bool,
+    ) -> Self {
+        Figure {
+            id: id.to_string(),
+            title: title.to_string(),
+            caption: String::new(),
+            plot: Plot::Heatmap {
+                x_label: x_label.to_string(),
+                y_label: y_label.to_string(),
+                rows,
+                cols,
+                values,
+                row_ticks: Vec::new(),
+                col_ticks: Vec::new(),
+                diverging,
+            },
+        }
+    }
+
+    /// A scatter plot of `points`.
+    pub fn scatter(
+        id: &str,
+        title: &str,
+        x_label: &str,
+        y_label: &str,
+        points: Vec<Point>,
+    ) -> Self {
+        Figure {
+            id: id.to_string(),
+            title: title.to_string(),
+            caption: String::new(),
+            plot: Plot::Scatter {
+                x_label: x_label.to_string(),
+                y_label: y_label.to_string(),
+                points,
+                lines: Vec::new(),
+            },
+        }
+    }
+
+    pub fn caption(mut self, text: &str) -> Self {
+        self.caption = text.to_string();
+        self
+    }
+
+    pub fn log_x(mut self) -> Self {
+        if let Plot::Lines { log_x, .. } = &mut self.plot {
+            *log_x = true;
+        }
+        self
+    }
+
+    pub fn log_y(mut self) -> Self {
+        if let Plot::Lines { log_y, .. } = &mut self.plot {
+            *log_y = true;
+        }
+        self
+    }
+
+    /// Adds a curve to a line plot, or an overlay line to a scatter plot.
+    pub fn with_series(mut self, s: Series) -> Self {
+        match &mut self.plot {
+            Plot::Lines { series, .. } => series.push(s),
+            Plot::Scatter { lines, .. } => lines.push(s),
+            Plot::Heatmap { .. } => {}
+        }
+        self
+    }
+
+    /// Adds a horizontal reference line to a line plot.
+    pub fn with_hline(mut self, name: &str, y: f64) -> Self {
+        if let Plot::Lines { hlines, .. } = &mut self.plot {
+            hlines.push(RefLine {
+                name: name.to_string(),
+                y,
+            });
+        }
+        self
+    }
+
+    /// Sets row and column tick labels of a heatmap.
+    pub fn with_ticks(mut self, rows: Vec<String>, cols: Vec<String>) -> Self {
+        if let Plot::Heatmap {
+            row_ticks,
+            col_ticks,
+            ..
+        } = &mut self.plot
+        {
+            *row_ticks = rows;
+            *col_ticks = cols;
+        }
+        self
+    }
+}
