@@ -1,0 +1,288 @@
+//! Configs: TOML presets and files, type-checked `--set` overrides, resolution.
+//!
+//! Every experiment publishes its full default config (every key it understands,
+//! with its type); a preset or a user's file is laid over it, then each
+//! `--set key=value`. A key the experiment does not know is an error that names the
+//! closest valid key, a value of the wrong type is an error that names the key and
+//! both types, so a typo never silently runs the default. The resolved table is
+//! what the run saves as `config.toml`.
+//!
+//! ```
+//! use mechlab::config::overlay;
+//! let defaults: toml::Table = toml::from_str("seed = 0\n[train]\nlr = 0.1\nsteps = 10").unwrap();
+//! let mut cfg = defaults.clone();
+//! overlay(&mut cfg, &toml::from_str("[train]\nlr = 1").unwrap(), "preset").unwrap();
+//! assert_eq!(cfg["train"]["lr"].as_float(), Some(1.0)); // an integer where a float goes is fine
+//! let err = overlay(&mut cfg, &toml::from_str("[train]\nlrr = 1.0").unwrap(), "preset").unwrap_err();
+//! assert!(err.to_string().contains("did you mean `train.lr`"));
+//! ```
+
+pub mod presets;
+
+use std::path::Path;
+use thiserror::Error;
+use toml::{Table, Value};
+
+/// Why a config could not be resolved. Every variant names the file or key.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: unknown key `{key}`{}", did_you_mean(.suggestion))]
+    UnknownKey {
+        file: String,
+        key: String,
+        suggestion: Option<String>,
+    },
+    #[error("{file}: key `{key}` must be {expected}, got {got}")]
+    Type {
+        file: String,
+        key: String,
+        expected: String,
+        got: String,
+    },
+    #[error("--set {arg}: expected key=value")]
+    BadOverride { arg: String },
+    #[error("no preset or config file named `{name}`{}", did_you_mean(.suggestion))]
+    UnknownSource {
+        name: String,
+        suggestion: Option<String>,
+    },
+    #[error("{file}: no experiment named `{name}`{}", did_you_mean(.suggestion))]
+    UnknownExperiment {
+        file: String,
+        name: String,
+        suggestion: Option<String>,
+    },
+    #[error("{file}: {message}")]
+    Invalid { file: String, message: String },
+    #[error("{file}: {source}")]
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
+}
+
+fn did_you_mean(s: &Option<String>) -> String {
+    match s {
+        Some(s) => format!(" (did you mean `{s}`?)"),
+        None => String::new(),
+    }
+}
+
+/// The closest of `candidates` to `word`, if any is close enough to be a likely typo.
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut best: Option<(f64, &str)> = None;
+    for c in candidates {
+        let score = strsim::jaro_winkler(word, c);
+        if best.is_none_or(|(b, _)| score > b) {
+            best = Some((score, c));
+        }
+    }
+    best.filter(|(s, _)| *s > 0.7).map(|(_, c)| c.to_string())
+}
+
+/// All leaf key paths of a table (`train.lr`, ...); arrays are leaves.
+pub fn leaf_paths(table: &Table) -> Vec<String> {
+    fn walk(prefix: &str, t: &Table, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                Value::Table(sub) => walk(&path, sub, out),
+                _ => out.push(path),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", table, &mut out);
+    out
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a number",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a date",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+/// Checks that `new` may replace `old` and returns the value to store (integers
+/// are widened to floats where the default is a float).
+fn coerce(old: &Value, new: &Value, key: &str, file: &str) -> Result<Value, ConfigError> {
+    match (old, new) {
+        (Value::Float(_), Value::Integer(i)) => Ok(Value::Float(*i as f64)),
+        (Value::Float(_), Value::Float(_))
+        | (Value::Integer(_), Value::Integer(_))
+        | (Value::String(_), Value::String(_))
+        | (Value::Boolean(_), Value::Boolean(_))
+        | (Value::Array(_), Value::Array(_)) => Ok(new.clone()),
+        _ => Err(ConfigError::Type {
+            file: file.to_string(),
+            key: key.to_string(),
+            expected: type_name(old).to_string(),
+            got: type_name(new).to_string(),
+        }),
+    }
+}
+
+/// Lays `patch` over `base`, key by key. Every key of `patch` must exist in `base`
+/// with a compatible type; `file` names the source in errors.
+pub fn overlay(base: &mut Table, patch: &Table, file: &str) -> Result<(), ConfigError> {
+    let all = leaf_paths(base);
+    overlay_at(base, patch, "", file, &all)
+}
+
+fn overlay_at(
+    base: &mut Table,
+    patch: &Table,
+    prefix: &str,
+    file: &str,
+    all: &[String],
+) -> Result<(), ConfigError> {
+    for (k, v) in patch {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        let Some(old) = base.get_mut(k) else {
+            return Err(ConfigError::UnknownKey {
+                file: file.to_string(),
+                suggestion: closest(&path, all.iter().map(|s| s.as_str())),
+                key: path,
+            });
+        };
+        match (old, v) {
+            (Value::Table(ob), Value::Table(nb)) => overlay_at(ob, nb, &path, file, all)?,
+            (old, v) => *old = coerce(old, v, &path, file)?,
+        }
+    }
+    Ok(())
+}
+
+/// Applies one `key=value` override. The value is read as a TOML value
+/// (`0.5`, `true`, `[1, 3]`, `"adam"`); a bare word is taken as a string.
+pub fn apply_override(table: &mut Table, arg: &str) -> Result<(), ConfigError> {
+    let Some((key, raw)) = arg.split_once('=') else {
+        return Err(ConfigError::BadOverride {
+            arg: arg.to_string(),
+        });
+    };
+    let key = key.trim();
+    let raw = raw.trim();
+    if key.is_empty() {
+        return Err(ConfigError::BadOverride {
+            arg: arg.to_string(),
+        });
+    }
+    let value = match toml::from_str::<Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").unwrap_or(Value::String(raw.to_string())),
+        Err(_) => Value::String(raw.to_string()),
+    };
+    // Build the nested patch {a: {b: value}} for key a.b and overlay it.
+    let mut patch = Table::new();
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut cur = &mut patch;
+    for p in &parts[..parts.len() - 1] {
+        cur = cur
+            .entry(p.to_string())
+            .or_insert_with(|| Value::Table(Table::new()))
+            .as_table_mut()
+            .expect("just inserted a table");
+    }
+    cur.insert(parts[parts.len() - 1].to_string(), value);
+    overlay(table, &patch, "--set")
+}
+
+/// Parses TOML text, naming `file` (and the line, as the parser reports it) on error.
+pub fn parse(text: &str, file: &str) -> Result<Table, ConfigError> {
+    toml::from_str::<Table>(text).map_err(|e| ConfigError::Parse {
+        file: file.to_string(),
+        message: e.to_string().trim().replace('\n', " "),
+    })
+}
+
+/// Reads and parses a TOML file.
+pub fn read_file(path: &Path) -> Result<Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        file: path.display().to_string(),
+        source,
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Deserialises a resolved table into an experiment's typed config.
+pub fn typed<C: serde::de::DeserializeOwned>(table: &Table, file: &str) -> Result<C, ConfigError> {
+    Value::Table(table.clone())
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Invalid {
+            file: file.to_string(),
+            message: e.to_string().trim().replace('\n', " "),
+        })
+}
+
+/// Serialises an experiment's default typed config into the table of every valid key.
+pub fn table_of<C: serde::Serialize>(cfg: &C) -> Table {
+    Table::try_from(cfg).expect("experiment configs serialise to TOML tables")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Table {
+        parse(
+            "seed = 0\nname = \"x\"\n[train]\nlr = 0.1\nsteps = 10\nadam = false\nparents = [1, 2]\n",
+            "defaults",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn overrides_are_type_checked() {
+        let mut t = defaults();
+        apply_override(&mut t, "train.lr=2").unwrap();
+        assert_eq!(t["train"]["lr"].as_float(), Some(2.0));
+        apply_override(&mut t, "train.parents=[1,3]").unwrap();
+        assert_eq!(t["train"]["parents"].as_array().unwrap().len(), 2);
+        apply_override(&mut t, "name=hello").unwrap();
+        assert_eq!(t["name"].as_str(), Some("hello"));
+        let e = apply_override(&mut t, "train.steps=0.5")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("train.steps") && e.contains("integer"), "{e}");
+        let e = apply_override(&mut t, "train.adam=yes")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("train.adam") && e.contains("boolean"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_names_the_closest() {
+        let mut t = defaults();
+        let e = apply_override(&mut t, "train.step=3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown key `train.step`"), "{e}");
+        assert!(e.contains("did you mean `train.steps`"), "{e}");
+        let e = apply_override(&mut t, "nonsense").unwrap_err().to_string();
+        assert!(e.contains("expected key=value"), "{e}");
+    }
+
+    #[test]
+    fn malformed_toml_names_file_and_line() {
+        let e = parse("seed = 0\n[train\nlr = 1", "my.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("my.toml:"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+    }
+}

@@ -1,0 +1,2 @@
+//! Data: seeded synthetic generators for each paper, and adapters over the
+//! real-text corpora of [`mechlab_corpora`].

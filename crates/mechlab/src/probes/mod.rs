@@ -1,0 +1,1 @@
+//! Probes: measurements of a mechanism on a model and its data.

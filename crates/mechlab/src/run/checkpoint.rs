@@ -1,0 +1,265 @@
+//! Checkpoints: a model's parameters, its optimiser's state and the trainer's
+//! position, in one `.safetensors` file.
+//!
+//! Tensors are stored under their parameter names (`blocks.0.attn.W_Q`), the
+//! optimiser's moments under `optim.m.<name>` and `optim.v.<name>`; the
+//! `__metadata__` header carries a JSON [`CheckpointMeta`] under the key `mechlab`
+//! (step, stage, optimiser update count, the data stream's position, ...). So the
+//! file opens in Python with `safetensors.numpy.load_file` and resumes bit for bit
+//! here.
+
+use crate::run::atomic;
+use mechlab_engine::{Float, Parameters};
+use safetensors::tensor::{Dtype, TensorView};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Why a checkpoint could not be written, found or read.
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a readable checkpoint ({reason}); it may be truncated or corrupt")]
+    Corrupt { path: String, reason: String },
+    #[error("{path}: no checkpoint found (expected checkpoints/step_XXXXXX.safetensors)")]
+    Missing { path: String },
+    #[error("{path}: {reason}")]
+    Mismatch { path: String, reason: String },
+}
+
+/// The trainer's position and everything else a resume needs besides tensors.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointMeta {
+    pub experiment: String,
+    pub dtype: String,
+    /// Updates taken in total.
+    pub step: u64,
+    /// Index of the stage whose optimiser state is stored (none before the first update).
+    pub stage: Option<usize>,
+    /// The optimiser's own update count (Adam bias correction).
+    pub optimizer_updates: u64,
+    /// The model's extra state (data stream position, epoch, ...).
+    pub model_state: serde_json::Value,
+}
+
+/// The file name of the checkpoint after `step` updates.
+pub fn file_name(step: u64) -> String {
+    format!("step_{step:06}.safetensors")
+}
+
+fn to_bytes<T: Float>(xs: &[T]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(xs.len() * T::BYTES);
+    for &x in xs {
+        x.write_le(&mut out);
+    }
+    out
+}
+
+fn dtype<T: Float>() -> Dtype {
+    if T::BYTES == 8 {
+        Dtype::F64
+    } else {
+        Dtype::F32
+    }
+}
+
+/// An optimiser's first and second moments, per parameter in visit order.
+pub type OptimizerMoments<'a, T> = (&'a [Vec<T>], &'a [Vec<T>]);
+
+/// Writes a checkpoint atomically.
+pub fn save<T: Float>(
+    path: &Path,
+    model: &dyn Parameters<T>,
+    optimizer: Option<OptimizerMoments<'_, T>>,
+    meta: &CheckpointMeta,
+) -> Result<(), CheckpointError> {
+    let io = |source| CheckpointError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    // (name, shape, bytes), collected first because TensorView borrows the bytes.
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut i = 0;
+    model.visit(&mut |p| {
+        tensors.push((
+            p.name().to_string(),
+            p.shape().to_vec(),
+            to_bytes(p.value()),
+        ));
+        if let Some((m, v)) = optimizer {
+            if !m[i].is_empty() {
+                tensors.push((
+                    format!("optim.m.{}", p.name()),
+                    p.shape().to_vec(),
+                    to_bytes(&m[i]),
+                ));
+            }
+            if !v[i].is_empty() {
+                tensors.push((
+                    format!("optim.v.{}", p.name()),
+                    p.shape().to_vec(),
+                    to_bytes(&v[i]),
+                ));
+            }
+        }
+        i += 1;
+    });
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, b)| {
+            TensorView::new(dtype::<T>(), s.clone(), b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| CheckpointError::Corrupt {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut md = HashMap::new();
+    md.insert(
+        "mechlab".to_string(),
+        serde_json::to_string(meta).expect("metadata serialises"),
+    );
+    let bytes = safetensors::serialize(views, Some(md)).map_err(|e| CheckpointError::Corrupt {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    atomic::write(path, &bytes).map_err(io)
+}
+
+/// A checkpoint read back into memory.
+pub struct Loaded<T> {
+    pub path: PathBuf,
+    pub meta: CheckpointMeta,
+    pub tensors: BTreeMap<String, (Vec<usize>, Vec<T>)>,
+}
+
+/// Reads a checkpoint written by [`save`] (or any safetensors file of `T`'s dtype).
+pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
+    let p = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    let corrupt = |reason: String| CheckpointError::Corrupt {
+        path: p.clone(),
+        reason,
+    };
+    let (_, header) =
+        safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let meta: CheckpointMeta = header
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get("mechlab"))
+        .ok_or_else(|| corrupt("no mechlab metadata".into()))
+        .and_then(|s| serde_json::from_str(s).map_err(|e| corrupt(e.to_string())))?;
+    let mut tensors = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        if view.dtype() != dtype::<T>() {
+            return Err(CheckpointError::Mismatch {
+                path: p.clone(),
+                reason: format!(
+                    "tensor {name} is {:?}, the run computes in {}",
+                    view.dtype(),
+                    T::DTYPE
+                ),
+            });
+        }
+        let data: Vec<T> = view.data().chunks_exact(T::BYTES).map(T::read_le).collect();
+        tensors.insert(name, (view.shape().to_vec(), data));
+    }
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        meta,
+        tensors,
+    })
+}
+
+impl<T: Float> Loaded<T> {
+    /// Copies the stored parameters into `model`, checking names and shapes.
+    pub fn apply_params(&self, model: &mut dyn Parameters<T>) -> Result<(), CheckpointError> {
+        let mut err = None;
+        model.visit_mut(&mut |p| {
+            if err.is_some() {
+                return;
+            }
+            match self.tensors.get(p.name()) {
+                Some((shape, data)) if shape.as_slice() == p.shape() => {
+                    p.value_mut().copy_from_slice(data)
+                }
+                Some((shape, _)) => {
+                    err = Some(format!(
+                        "parameter {} has shape {shape:?} in the checkpoint, {:?} in the model",
+                        p.name(),
+                        p.shape()
+                    ))
+                }
+                None => err = Some(format!("parameter {} is missing", p.name())),
+            }
+        });
+        match err {
+            Some(reason) => Err(CheckpointError::Mismatch {
+                path: self.path.display().to_string(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The optimiser's moments in the model's visit order (empty where not stored).
+    pub fn optimizer_state(&self, model: &dyn Parameters<T>) -> (Vec<Vec<T>>, Vec<Vec<T>>) {
+        let mut m = Vec::new();
+        let mut v = Vec::new();
+        model.visit(&mut |p| {
+            let get = |k: String| {
+                self.tensors
+                    .get(&k)
+                    .map(|(_, d)| d.clone())
+                    .unwrap_or_default()
+            };
+            m.push(get(format!("optim.m.{}", p.name())));
+            v.push(get(format!("optim.v.{}", p.name())));
+        });
+        (m, v)
+    }
+}
+
+/// Every checkpoint in a folder, as (step, path), sorted by step.
+pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut out: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("step_")?.strip_suffix(".safetensors")?;
+            Some((step.parse().ok()?, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The latest checkpoint in a folder.
+pub fn latest(dir: &Path) -> Result<PathBuf, CheckpointError> {
+    list(dir)
+        .pop()
+        .map(|(_, p)| p)
+        .ok_or_else(|| CheckpointError::Missing {
+            path: dir.display().to_string(),
+        })
+}
+
+/// The default schedule: 0, 1, 2, 4, ..., up to `log_until`, then every `every`
+/// steps, and always the last step.
+pub fn scheduled(step: u64, log_until: u64, every: u64, last: u64) -> bool {
+    step == last
+        || (step <= log_until && (step == 0 || step.is_power_of_two()))
+        || (every > 0 && step.is_multiple_of(every))
+}

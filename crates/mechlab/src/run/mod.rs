@@ -1,0 +1,264 @@
+//! Run folders: everything a run writes, and the context an experiment runs in.
+//!
+//! A run is a folder `runs/<name>/`:
+//!
+//! | file | what |
+//! |---|---|
+//! | `config.toml` | the resolved config (every key), headed by the exact command line |
+//! | `metrics.jsonl` | one JSON object per log event |
+//! | `checkpoints/step_XXXXXX.safetensors` | parameters, optimiser state and position, log-spaced then every N steps |
+//! | `figures/<id>.{json,svg,png}` | each figure as data, and rendered |
+//! | `summary.json` | `{"experiment", "seed", "metrics", "verdicts"}` |
+//! | `report.html`, `report.md` | the report, rebuilt from the files above by `mechlab report` |
+//! | `timing.json` | wall-clock seconds (kept out of the summary so that two runs of the same seed compare equal) |
+
+pub mod atomic;
+pub mod checkpoint;
+pub mod metrics;
+pub mod summary;
+
+use crate::config::{self, ConfigError};
+use metrics::MetricsLog;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use summary::Summary;
+use thiserror::Error;
+
+/// Why a run folder could not be made, opened or written.
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{path}: {reason}")]
+    Folder { path: String, reason: String },
+}
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |source| RunError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The `[run]` section: what a run records and how often.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Write checkpoints at all.
+    pub checkpoints: bool,
+    /// Log-spaced checkpoints (0, 1, 2, 4, ...) up to this step.
+    pub checkpoint_log_until: u64,
+    /// Then one every this many steps (0: none but the last).
+    pub checkpoint_every: u64,
+    /// Run the experiment's probes every this many steps (also log-spaced before
+    /// it); 0 probes only at the checkpoint steps.
+    pub probe_every: u64,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            checkpoints: true,
+            checkpoint_log_until: 512,
+            checkpoint_every: 1000,
+            probe_every: 0,
+        }
+    }
+}
+
+impl RunConfig {
+    pub fn checkpoint_at(&self, step: u64, last: u64) -> bool {
+        self.checkpoints
+            && checkpoint::scheduled(step, self.checkpoint_log_until, self.checkpoint_every, last)
+    }
+
+    pub fn probe_at(&self, step: u64, last: u64) -> bool {
+        if self.probe_every == 0 {
+            checkpoint::scheduled(step, self.checkpoint_log_until, self.checkpoint_every, last)
+        } else {
+            checkpoint::scheduled(step, self.probe_every, self.probe_every, last)
+        }
+    }
+}
+
+/// What an experiment gets to work with: its config, seed, folder and logs.
+pub struct RunCtx {
+    dir: PathBuf,
+    config: toml::Table,
+    experiment: String,
+    seed: u64,
+    quiet: bool,
+    run_cfg: RunConfig,
+    metrics: MetricsLog,
+    resuming: bool,
+    started: Instant,
+    /// Test hook: behave as if Ctrl-C arrived when training reaches this step.
+    pub stop_at: Option<u64>,
+}
+
+impl RunCtx {
+    /// Creates a fresh run folder holding `config` (resolved) and the command line.
+    pub fn create(
+        dir: &Path,
+        config: toml::Table,
+        command: &str,
+        quiet: bool,
+    ) -> Result<Self, RunError> {
+        if dir.join("config.toml").exists() {
+            return Err(RunError::Folder {
+                path: dir.display().to_string(),
+                reason: "already holds a run (use `mechlab resume` or another --out)".into(),
+            });
+        }
+        for sub in ["checkpoints", "figures"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(io_err(dir))?;
+        }
+        let text = format!(
+            "# mechlab run, made by:\n# {}\n{}",
+            command.replace('\n', " "),
+            toml::to_string(&config).expect("a TOML table serialises")
+        );
+        let cfg_path = dir.join("config.toml");
+        atomic::write(&cfg_path, text.as_bytes()).map_err(io_err(&cfg_path))?;
+        let mpath = dir.join("metrics.jsonl");
+        let metrics = MetricsLog::create(&mpath).map_err(io_err(&mpath))?;
+        Self::with(dir, config, quiet, metrics, false)
+    }
+
+    /// Reopens a run folder to continue it from its latest checkpoint.
+    pub fn resume(dir: &Path, quiet: bool) -> Result<(Self, u64), RunError> {
+        let cfg_path = dir.join("config.toml");
+        if !cfg_path.exists() {
+            return Err(RunError::Folder {
+                path: dir.display().to_string(),
+                reason: "is not a run folder (no config.toml)".into(),
+            });
+        }
+        let config = config::read_file(&cfg_path)?;
+        let step = checkpoint::list(&dir.join("checkpoints"))
+            .last()
+            .map(|(s, _)| *s)
+            .unwrap_or(0);
+        let mpath = dir.join("metrics.jsonl");
+        let metrics = MetricsLog::resume(&mpath, step).map_err(io_err(&mpath))?;
+        Ok((Self::with(dir, config, quiet, metrics, true)?, step))
+    }
+
+    fn with(
+        dir: &Path,
+        config: toml::Table,
+        quiet: bool,
+        metrics: MetricsLog,
+        resuming: bool,
+    ) -> Result<Self, RunError> {
+        let file = dir.join("config.toml").display().to_string();
+        let experiment = config
+            .get("experiment")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let seed = config.get("seed").and_then(|v| v.as_integer()).unwrap_or(0) as u64;
+        let run_cfg: RunConfig = match config.get("run") {
+            Some(v) => config::typed(v.as_table().unwrap_or(&toml::Table::new()), &file)?,
+            None => RunConfig::default(),
+        };
+        Ok(RunCtx {
+            dir: dir.to_path_buf(),
+            config,
+            experiment,
+            seed,
+            quiet,
+            run_cfg,
+            metrics,
+            resuming,
+            started: Instant::now(),
+            stop_at: None,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &toml::Table {
+        &self.config
+    }
+    pub fn experiment(&self) -> &str {
+        &self.experiment
+    }
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+    pub fn run_config(&self) -> &RunConfig {
+        &self.run_cfg
+    }
+    pub fn resuming(&self) -> bool {
+        self.resuming
+    }
+    pub fn metrics(&mut self) -> &mut MetricsLog {
+        &mut self.metrics
+    }
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.dir.join("checkpoints")
+    }
+    pub fn figures_dir(&self) -> PathBuf {
+        self.dir.join("figures")
+    }
+
+    /// The config as the experiment's typed struct.
+    pub fn typed<C: serde::de::DeserializeOwned>(&self) -> Result<C, ConfigError> {
+        config::typed(
+            &self.config,
+            &self.dir.join("config.toml").display().to_string(),
+        )
+    }
+
+    /// Records a figure (as JSON data; `mechlab report` renders it).
+    pub fn figure(&self, fig: &mechlab_report::Figure) -> Result<(), RunError> {
+        let path = self.figures_dir().join(format!("{}.json", fig.id));
+        let text = serde_json::to_string_pretty(fig).expect("figures serialise");
+        atomic::write(&path, text.as_bytes()).map_err(io_err(&path))
+    }
+
+    /// Writes `notes.md`: the experiment's prose for the report (settings, caveats,
+    /// the paper's numbers beside ours).
+    pub fn notes(&self, markdown: &str) -> Result<(), RunError> {
+        let path = self.dir.join("notes.md");
+        atomic::write(&path, markdown.as_bytes()).map_err(io_err(&path))
+    }
+
+    /// Saves any JSON artefact of the run (a vocabulary, a table) under `name`.
+    pub fn artifact(&self, name: &str, value: &serde_json::Value) -> Result<(), RunError> {
+        let path = self.dir.join(name);
+        let text = serde_json::to_string_pretty(value).expect("JSON serialises");
+        atomic::write(&path, text.as_bytes()).map_err(io_err(&path))
+    }
+
+    /// Writes `summary.json` and `timing.json`.
+    pub fn finish(&self, summary: &Summary) -> Result<(), RunError> {
+        let path = self.dir.join("summary.json");
+        let text = serde_json::to_string_pretty(summary).expect("summaries serialise");
+        atomic::write(&path, text.as_bytes()).map_err(io_err(&path))?;
+        let tpath = self.dir.join("timing.json");
+        let timing = serde_json::json!({ "seconds": self.started.elapsed().as_secs_f64(), "resumed": self.resuming });
+        atomic::write(&tpath, timing.to_string().as_bytes()).map_err(io_err(&tpath))
+    }
+}
+
+/// Reads a run's `summary.json`.
+pub fn read_summary(dir: &Path) -> Result<Summary, RunError> {
+    let path = dir.join("summary.json");
+    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+    serde_json::from_str(&text).map_err(|e| RunError::Folder {
+        path: path.display().to_string(),
+        reason: format!("malformed summary: {e}"),
+    })
+}

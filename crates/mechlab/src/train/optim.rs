@@ -1,0 +1,222 @@
+//! Update rules over a model's parameters: SGD (with momentum), normalised GD,
+//! Adam and AdamW.
+//!
+//! State (momentum, first and second moments) is allocated once, per parameter in
+//! the model's visit order, so a step allocates nothing. Only parameters whose group
+//! the current stage trains are touched; the others keep their values (and their
+//! state stays zero).
+//!
+//! ```
+//! use mechlab::train::{config::OptimizerKind, optim::{Optimizer, Hyper}};
+//! use mechlab_engine::{param, Param, Parameters};
+//! struct M { w: Param<f64> }
+//! impl Parameters<f64> for M {
+//!     fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) { f(&self.w) }
+//!     fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) { f(&mut self.w) }
+//! }
+//! let mut m = M { w: param("w", "w", &[2], vec![1.0, 2.0]) };
+//! m.w.grad_mut().copy_from_slice(&[0.5, -1.0]);
+//! let mut opt = Optimizer::new(OptimizerKind::Sgd, Hyper::default(), &m);
+//! opt.step(&mut m, 0.1, &[]);
+//! assert_eq!(m.w.value(), &[0.95, 2.1]);
+//! ```
+
+use super::config::{OptimizerKind, TrainConfig};
+use mechlab_engine::{Float, Param, Parameters};
+
+/// Hyperparameters shared by the rules (each uses the ones it needs).
+#[derive(Clone, Copy, Debug)]
+pub struct Hyper {
+    pub momentum: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub grad_clip: f64,
+}
+
+impl Default for Hyper {
+    fn default() -> Self {
+        Hyper {
+            momentum: 0.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            grad_clip: 0.0,
+        }
+    }
+}
+
+impl Hyper {
+    pub fn from_config(c: &TrainConfig) -> Self {
+        Hyper {
+            momentum: c.momentum,
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.eps,
+            weight_decay: c.weight_decay,
+            grad_clip: c.grad_clip,
+        }
+    }
+}
+
+/// An optimiser and its state.
+pub struct Optimizer<T: Float> {
+    kind: OptimizerKind,
+    hyper: Hyper,
+    /// Number of updates taken (Adam's bias correction).
+    t: u64,
+    /// Momentum buffer (SGD) or first moment (Adam), per parameter in visit order.
+    m: Vec<Vec<T>>,
+    /// Second moment (Adam), per parameter in visit order.
+    v: Vec<Vec<T>>,
+}
+
+/// True when `group` is trained by a stage training `groups` (empty: all).
+pub fn trains(groups: &[String], group: &str) -> bool {
+    groups.is_empty() || groups.iter().any(|g| g == group)
+}
+
+impl<T: Float> Optimizer<T> {
+    pub fn new(kind: OptimizerKind, hyper: Hyper, model: &dyn Parameters<T>) -> Self {
+        let mut m = Vec::new();
+        let mut v = Vec::new();
+        let needs_m = matches!(kind, OptimizerKind::Adam | OptimizerKind::Adamw)
+            || (kind == OptimizerKind::Sgd && hyper.momentum != 0.0);
+        let needs_v = matches!(kind, OptimizerKind::Adam | OptimizerKind::Adamw);
+        model.visit(&mut |p| {
+            m.push(if needs_m {
+                vec![T::zero(); p.numel()]
+            } else {
+                Vec::new()
+            });
+            v.push(if needs_v {
+                vec![T::zero(); p.numel()]
+            } else {
+                Vec::new()
+            });
+        });
+        Optimizer {
+            kind,
+            hyper,
+            t: 0,
+            m,
+            v,
+        }
+    }
+
+    pub fn kind(&self) -> OptimizerKind {
+        self.kind
+    }
+
+    pub fn updates(&self) -> u64 {
+        self.t
+    }
+
+    /// The global ℓ2 norm of the gradients of the trained groups.
+    pub fn grad_norm(model: &dyn Parameters<T>, groups: &[String]) -> f64 {
+        let mut s = 0.0;
+        model.visit(&mut |p| {
+            if trains(groups, p.group()) {
+                s += p.grad_norm_sq();
+            }
+        });
+        s.sqrt()
+    }
+
+    /// One update with learning rate `lr` on the parameters of `groups` (empty: all).
+    pub fn step(&mut self, model: &mut dyn Parameters<T>, lr: f64, groups: &[String]) {
+        self.t += 1;
+        let h = self.hyper;
+        let norm = if self.kind == OptimizerKind::NormalizedGd || h.grad_clip > 0.0 {
+            Self::grad_norm(model, groups)
+        } else {
+            0.0
+        };
+        // Scale applied to every gradient: clipping, or normalisation.
+        let mut gscale = 1.0;
+        if h.grad_clip > 0.0 && norm > h.grad_clip {
+            gscale = h.grad_clip / norm;
+        }
+        if self.kind == OptimizerKind::NormalizedGd {
+            gscale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        }
+        let kind = self.kind;
+        let t = self.t;
+        let (ms, vs) = (&mut self.m, &mut self.v);
+        let mut i = 0usize;
+        model.visit_mut(&mut |p: &mut Param<T>| {
+            let idx = i;
+            i += 1;
+            if !trains(groups, p.group()) {
+                return;
+            }
+            let (w, g) = p.value_and_grad_mut();
+            let gs = T::of(gscale);
+            let lr_t = T::of(lr);
+            match kind {
+                OptimizerKind::Sgd | OptimizerKind::NormalizedGd => {
+                    let wd = T::of(h.weight_decay);
+                    if h.momentum != 0.0 && kind == OptimizerKind::Sgd {
+                        let mu = T::of(h.momentum);
+                        for ((w, g), m) in w.iter_mut().zip(g.iter()).zip(ms[idx].iter_mut()) {
+                            let gi = *g * gs + wd * *w;
+                            *m = mu * *m + gi;
+                            *w -= lr_t * *m;
+                        }
+                    } else {
+                        for (w, g) in w.iter_mut().zip(g.iter()) {
+                            *w -= lr_t * (*g * gs + wd * *w);
+                        }
+                    }
+                }
+                OptimizerKind::Adam | OptimizerKind::Adamw => {
+                    let (b1, b2) = (h.beta1, h.beta2);
+                    let bc1 = T::of(1.0 - b1.powi(t as i32));
+                    let bc2 = T::of(1.0 - b2.powi(t as i32));
+                    let (b1, b2, eps) = (T::of(b1), T::of(b2), T::of(h.eps));
+                    let one = T::one();
+                    let wd = T::of(h.weight_decay);
+                    let decoupled = kind == OptimizerKind::Adamw;
+                    for (((w, g), m), v) in w
+                        .iter_mut()
+                        .zip(g.iter())
+                        .zip(ms[idx].iter_mut())
+                        .zip(vs[idx].iter_mut())
+                    {
+                        let mut gi = *g * gs;
+                        if !decoupled {
+                            gi += wd * *w;
+                        }
+                        *m = b1 * *m + (one - b1) * gi;
+                        *v = b2 * *v + (one - b2) * gi * gi;
+                        let mhat = *m / bc1;
+                        let vhat = *v / bc2;
+                        if decoupled {
+                            *w -= lr_t * wd * *w;
+                        }
+                        *w -= lr_t * mhat / (vhat.sqrt() + eps);
+                    }
+                }
+            }
+        });
+    }
+
+    /// State tensors for a checkpoint: (`m` or `v`, parameter index, values).
+    pub fn state(&self) -> (u64, &[Vec<T>], &[Vec<T>]) {
+        (self.t, &self.m, &self.v)
+    }
+
+    /// Restores state saved by [`Optimizer::state`]; lengths must match.
+    pub fn restore(&mut self, t: u64, m: Vec<Vec<T>>, v: Vec<Vec<T>>) -> Result<(), String> {
+        let shape = |a: &[Vec<T>]| a.iter().map(|x| x.len()).collect::<Vec<_>>();
+        if shape(&m) != shape(&self.m) || shape(&v) != shape(&self.v) {
+            return Err("optimizer state does not match the model's parameters".into());
+        }
+        self.t = t;
+        self.m = m;
+        self.v = v;
+        Ok(())
+    }
+}
