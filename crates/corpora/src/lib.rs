@@ -1,1 +1,3 @@
 //! Real-text corpora (skeleton; the loaders land in their own commits).
+
+pub mod article;
