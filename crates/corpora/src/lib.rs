@@ -1,3 +1,4 @@
 //! Real-text corpora (skeleton; the loaders land in their own commits).
 
 pub mod article;
+pub mod wikipedia;

@@ -1,0 +1,3 @@
+//! Wikipedia corpora (the loaders follow; [`wikitext`] strips page markup).
+
+pub mod wikitext;
