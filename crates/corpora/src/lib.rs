@@ -1,4 +1,13 @@
-//! Real-text corpora (skeleton; the loaders land in their own commits).
+//! Real-text corpora for mechlab, read in their publishers' formats.
+//!
+//! Reviews for the token-selection experiment (IMDB: the `aclImdb` folder, its
+//! `.tar.gz`/`.tar.xz` archive read without extracting, Kaggle's CSV; Yelp: Zhang et
+//! al.'s polarity CSV, the Open Dataset's JSON lines, the `Review Stars:` CSV and
+//! one-sentence-per-line files), Wikipedia for the topic experiment (streamed
+//! MediaWiki XML dumps, vital-articles JSON with gold topics, WikiText-2), a word
+//! tokenizer, a vocabulary, and a seeded collapsed-Gibbs LDA. Every loader names the
+//! file and line, archive member or byte offset of a bad record, and can skip and
+//! count bad records instead.
 
 // Review corpora (IMDB, Yelp): tokenizer, vocabulary and loaders.
 pub mod archive;
@@ -20,3 +29,6 @@ pub use load::{LoadOptions, LoadStats};
 pub use reviews::{detect_format, load_format, load_reviews, ReviewFormat};
 pub use tokenize::{Punct, Tokenizer};
 pub use vocab::{Vocab, PAD, UNK};
+pub mod article;
+pub mod lda;
+pub mod wikipedia;
