@@ -16,6 +16,7 @@
 
 pub mod float;
 pub mod gradcheck;
+pub mod layers;
 pub mod matmul;
 pub mod param;
 
