@@ -4,4 +4,5 @@
 pub mod attention;
 pub mod embedding;
 pub mod linear;
+pub mod rpe;
 pub mod softmax;
