@@ -3,6 +3,8 @@
 
 pub mod attention;
 pub mod embedding;
+pub mod l2norm;
+pub mod layernorm;
 pub mod linear;
 pub mod rpe;
 pub mod softmax;
