@@ -6,5 +6,6 @@ pub mod embedding;
 pub mod l2norm;
 pub mod layernorm;
 pub mod linear;
+pub mod polykernel;
 pub mod rpe;
 pub mod softmax;
