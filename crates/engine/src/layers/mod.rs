@@ -6,6 +6,7 @@ pub mod embedding;
 pub mod l2norm;
 pub mod layernorm;
 pub mod linear;
+pub mod loss;
 pub mod polykernel;
 pub mod rpe;
 pub mod softmax;
