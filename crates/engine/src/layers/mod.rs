@@ -1,5 +1,6 @@
-//! The layer vocabulary: one concept per module, each a `forward` / `backward` pair
-//! of free functions over caller-owned slices (see the crate doc for conventions).
+//! The layer vocabulary: one concept per module, each a `forward` / `backward`
+//! pair over caller-owned slices. The crate doc lists them and states the buffer
+//! conventions (forward overwrites, backward accumulates, losses write).
 
 pub mod attention;
 pub mod embedding;
