@@ -213,8 +213,14 @@ pub(super) fn draw<DB: DrawingBackend>(
                 end += 1;
             }
             let (x0, x1) = (px(gx + c as f64 * cw), px(gx + end as f64 * cw));
+            // Without gaps, cells overlap their right and lower neighbours by a
+            // pixel so that a scaled SVG shows no hairline seams between them.
+            let (ox, oy) = match gap {
+                0 => (i32::from(end < cols), i32::from(r + 1 < rows)),
+                _ => (-gap, -gap),
+            };
             area.draw(&Rectangle::new(
-                [(x0, y0), (x1 - gap, y1 - gap)],
+                [(x0, y0), (x1 + ox, y1 + oy)],
                 col.filled(),
             ))
             .ctx(t.id)?;
@@ -305,7 +311,7 @@ pub(super) fn draw<DB: DrawingBackend>(
         let col = colour_at(stops, (f0 + f1) / 2.0);
         area.draw(&Rectangle::new(
             [
-                (px(bx), px(by + bh * (1.0 - f1))),
+                (px(bx), px(by + bh * (1.0 - f1)) - i32::from(i + 1 < steps)),
                 (px(bx + bw), px(by + bh * (1.0 - f0))),
             ],
             col.filled(),

@@ -59,6 +59,10 @@ pub fn render_svg(fig: &Figure) -> Result<String, ReportError> {
         draw_figure(&root, fig, 1.0)?;
         root.present().ctx(&fig.id)?;
     }
+    if let Plot::Heatmap { .. } = fig.plot {
+        // Cells must tile without anti-aliased seams when the SVG is scaled.
+        out = out.replacen("<svg ", "<svg shape-rendering=\"crispEdges\" ", 1);
+    }
     Ok(out)
 }
 
