@@ -1,10 +1,12 @@
 //! Renders one sample of each kind of figure (and the awkward cases: log axes
-//! with zeros, NaNs, empty series, long tick words) as SVG and PNG, so a person
-//! can look at them.
+//! with zeros, NaNs, empty series, long tick words) as SVG and PNG into
+//! `OUT_DIR/figures/`, plus a sample `report.html` and `report.md` using them,
+//! so a person can look at all of it.
 //!
 //! `cargo run -p mechlab-report --example gallery [-- OUT_DIR]` (default
 //! `/tmp/mechlab-gallery`).
 
+use mechlab_report::doc::{Report, Section, Verdict};
 use mechlab_report::spec::{Figure, Point, Series};
 
 fn samples() -> Vec<Figure> {
@@ -194,12 +196,74 @@ fn samples() -> Vec<Figure> {
     vec![loss, acc, gram, att, words_hm, scatter, empty]
 }
 
+fn report() -> Report {
+    Report::new("Induction heads in a two-layer attention-only transformer")
+        .with_meta("experiment", "induction")
+        .with_meta("seed", "7")
+        .with_meta("commit", "c46fd06")
+        .with_meta("wall time", "41 s")
+        .with_section(
+            Section::new("Summary")
+                .markdown(
+                    "A two-layer attention-only model learns to **copy** the token that \
+                     followed the previous occurrence of the current token. The theory \
+                     predicts a loss drop once the previous-token head forms; see \
+                     [the construction](https://transformer-circuits.pub) and `mechlab run induction`.\n\n\
+                     - one layer cannot copy beyond length 4\n\
+                     - two layers copy at every length tested",
+                )
+                .verdicts(vec![
+                    Verdict::new("Two layers copy at all lengths", "accuracy ≥ 0.85 for k ≤ 12", "min accuracy 0.88", true),
+                    Verdict::new("One layer fails past k = 4", "accuracy < 0.5 for k > 4", "0.27 at k = 5", true),
+                    Verdict::new("Loss follows t^-1/2", "slope −0.5 ± 0.05", "slope −0.71", false),
+                ]),
+        )
+        .with_section(
+            Section::new("Training")
+                .figure("loss")
+                .figure("accuracy")
+                .table(
+                    vec!["hyper-parameter".into(), "value".into()],
+                    vec![
+                        vec!["layers".into(), "2".into()],
+                        vec!["d_model".into(), "64".into()],
+                        vec!["learning rate".into(), "`3e-4`".into()],
+                        vec!["steps".into(), "1000".into()],
+                    ],
+                ),
+        )
+        .with_section(
+            Section::new("Mechanism")
+                .markdown("The Gram matrix of token embeddings and the attention pattern of head L1.H0.")
+                .figure("gram")
+                .figure("attention")
+                .figure("missing_figure")
+                .code("mechlab run induction --seed 7 --steps 1000\nmechlab report runs/induction-7"),
+        )
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "/tmp/mechlab-gallery".into());
+    let dir = std::path::PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "/tmp/mechlab-gallery".into()),
+    );
     let figures = samples();
-    mechlab_report::write_figures(std::path::Path::new(&dir), &figures)?;
-    println!("wrote {} figures to {dir}", figures.len());
+    mechlab_report::write_figures(&dir.join("figures"), &figures)?;
+    let figures = mechlab_report::load_figures(&dir.join("figures"))?;
+    let report = report();
+    std::fs::write(
+        dir.join("report.html"),
+        mechlab_report::render_html(&report, &figures)?,
+    )?;
+    std::fs::write(
+        dir.join("report.md"),
+        mechlab_report::render_markdown_with(&report, &figures, "figures"),
+    )?;
+    println!(
+        "wrote {} figures and report.html/report.md to {}",
+        figures.len(),
+        dir.display()
+    );
     Ok(())
 }

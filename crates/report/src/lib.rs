@@ -1,12 +1,35 @@
 //! mechlab's figures and reports.
 //!
 //! Experiments record [`spec::Figure`]s as data; this crate renders them (SVG and
-//! PNG) and assembles a run's `report.html` (self-contained, offline) and
-//! `report.md`.
+//! PNG, [`render`]), stores them in a run's `figures/` folder
+//! ([`write_figures`], [`load_figures`]), and assembles the run's report from a
+//! [`doc::Report`]: `report.html`, one self-contained offline page
+//! ([`html::render_html`]), and `report.md` ([`markdown::render_markdown`]).
+//!
+//! ```
+//! use mechlab_report::{load_figures, render_html, write_figures, Report, Section, Series};
+//! use mechlab_report::spec::Figure;
+//! let dir = std::env::temp_dir().join(format!("mechlab-doc-{}", std::process::id()));
+//! let fig = Figure::lines("loss", "Loss", "step", "loss")
+//!     .with_series(Series::new("train", vec![1.0, 2.0, 3.0], vec![1.0, 0.6, 0.4]));
+//! write_figures(&dir, &[fig]).unwrap();
+//! let figures = load_figures(&dir).unwrap();
+//! assert!(dir.join("loss.png").exists() && dir.join("loss.svg").exists());
+//! let report = Report::new("Run").with_section(Section::new("Results").figure("loss"));
+//! let html = render_html(&report, &figures).unwrap();
+//! assert!(html.contains("<svg"));
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
 
+pub mod doc;
+pub mod html;
+pub mod markdown;
 pub mod render;
 pub mod spec;
 
+pub use doc::{Block, Report, Section, Verdict};
+pub use html::render_html;
+pub use markdown::{render_markdown, render_markdown_with};
 pub use render::{render_png, render_svg};
 pub use spec::{Figure, Plot, Point, RefLine, Series};
 
