@@ -237,7 +237,11 @@ mod tests {
 
     #[test]
     fn legend_goes_to_a_free_corner_or_makes_room() {
-        let t = Theme { s: 1.0, id: "t" };
+        let t = Theme {
+            s: 1.0,
+            id: "t",
+            svg: true,
+        };
         let dim = (600, 400);
         let size = (120.0, 60.0);
         // Data only in the upper right: the legend goes upper left.

@@ -67,6 +67,21 @@ fn colour_at(stops: &[(u8, u8, u8)], f: f64) -> RGBColor {
     RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
 }
 
+/// In SVG, heatmaps with more cells than this draw them as one embedded PNG
+/// (scaled without smoothing) instead of one rectangle per run of cells, which
+/// keeps large matrices from producing megabytes of SVG.
+const RASTER_CELLS: usize = 2500;
+
+/// The cells of a large heatmap as a PNG, and where the SVG must place it
+/// (pixels from the top-left corner of the figure).
+pub(super) struct CellImage {
+    pub x: f64,
+    pub y: f64,
+    pub w: f64,
+    pub h: f64,
+    pub png: Vec<u8>,
+}
+
 /// Tick labels longer than this are cut with an ellipsis.
 const TICK_CHARS: usize = 24;
 
@@ -94,7 +109,7 @@ pub(super) fn draw<DB: DrawingBackend>(
     area: &Area<DB>,
     t: &Theme,
     h: &Heat,
-) -> Result<(), ReportError> {
+) -> Result<Option<CellImage>, ReportError> {
     let (rows, cols) = (h.rows, h.cols);
     if rows.checked_mul(cols) != Some(h.values.len()) {
         return Err(ReportError::InvalidFigure {
@@ -116,7 +131,7 @@ pub(super) fn draw<DB: DrawingBackend>(
             ((w / 2.0) as i32, (ht / 2.0) as i32),
         )
         .ctx(t.id)?;
-        return Ok(());
+        return Ok(None);
     }
 
     let font = 14.0;
@@ -197,35 +212,35 @@ pub(super) fn draw<DB: DrawingBackend>(
     let gy = top + (room_h - gh) / 2.0;
     let px = |v: f64| v.round() as i32;
 
-    // Cells; runs of equal colour along a row are merged to keep SVGs small.
-    let gap = if cw >= t.px(14.0) && ch >= t.px(14.0) {
-        1
-    } else {
-        0
-    };
-    for r in 0..rows {
-        let (y0, y1) = (px(gy + r as f64 * ch), px(gy + (r + 1) as f64 * ch));
-        let mut c = 0;
-        while c < cols {
-            let col = colour(h.values[r * cols + c]);
-            let mut end = c + 1;
-            while gap == 0 && end < cols && colour(h.values[r * cols + end]) == col {
-                end += 1;
+    let mut image = None;
+    if t.svg && rows * cols > RASTER_CELLS {
+        // Each cell becomes a k × k block, so that viewers which smooth scaled
+        // images (ignoring `image-rendering`) blur only a sliver of each cell.
+        let budget = (4e6 / (rows * cols) as f64).sqrt().floor();
+        let k = (2.0 * cw.max(ch)).ceil().min(12.0).min(budget).max(1.0) as usize;
+        let mut rgb = Vec::with_capacity(rows * cols * k * k * 3);
+        for row in h.values.chunks(cols) {
+            let line: Vec<u8> = row
+                .iter()
+                .flat_map(|v| {
+                    let RGBColor(r, g, b) = colour(*v);
+                    [r, g, b].repeat(k)
+                })
+                .collect();
+            for _ in 0..k {
+                rgb.extend_from_slice(&line);
             }
-            let (x0, x1) = (px(gx + c as f64 * cw), px(gx + end as f64 * cw));
-            // Without gaps, cells overlap their right and lower neighbours by a
-            // pixel so that a scaled SVG shows no hairline seams between them.
-            let (ox, oy) = match gap {
-                0 => (i32::from(end < cols), i32::from(r + 1 < rows)),
-                _ => (-gap, -gap),
-            };
-            area.draw(&Rectangle::new(
-                [(x0, y0), (x1 + ox, y1 + oy)],
-                col.filled(),
-            ))
-            .ctx(t.id)?;
-            c = end;
         }
+        let (bx, by) = area.get_base_pixel();
+        image = Some(CellImage {
+            x: gx + f64::from(bx),
+            y: gy + f64::from(by),
+            w: gw,
+            h: gh,
+            png: super::encode_png(&rgb, (cols * k) as u32, (rows * k) as u32).ctx(t.id)?,
+        });
+    } else {
+        draw_cells(area, t, h, &colour, (gx, gy, cw, ch))?;
     }
     area.draw(&Rectangle::new(
         [(px(gx) - 1, px(gy) - 1), (px(gx + gw), px(gy + gh))],
@@ -346,6 +361,49 @@ pub(super) fn draw<DB: DrawingBackend>(
             (px(w - t.px(8.0)), px(by + bh + t.px(6.0))),
         )
         .ctx(t.id)?;
+    }
+    Ok(image)
+}
+
+/// One rectangle per run of equal colour along a row, the grid at `(gx, gy)`
+/// with cells of `cw` × `ch` pixels.
+fn draw_cells<DB: DrawingBackend>(
+    area: &Area<DB>,
+    t: &Theme,
+    h: &Heat,
+    colour: &dyn Fn(f64) -> RGBColor,
+    (gx, gy, cw, ch): (f64, f64, f64, f64),
+) -> Result<(), ReportError> {
+    let (rows, cols) = (h.rows, h.cols);
+    let px = |v: f64| v.round() as i32;
+    let gap = if cw >= t.px(14.0) && ch >= t.px(14.0) {
+        1
+    } else {
+        0
+    };
+    for r in 0..rows {
+        let (y0, y1) = (px(gy + r as f64 * ch), px(gy + (r + 1) as f64 * ch));
+        let mut c = 0;
+        while c < cols {
+            let col = colour(h.values[r * cols + c]);
+            let mut end = c + 1;
+            while gap == 0 && end < cols && colour(h.values[r * cols + end]) == col {
+                end += 1;
+            }
+            let (x0, x1) = (px(gx + c as f64 * cw), px(gx + end as f64 * cw));
+            // Without gaps, cells overlap their right and lower neighbours by a
+            // pixel so that a scaled SVG shows no hairline seams between them.
+            let (ox, oy) = match gap {
+                0 => (i32::from(end < cols), i32::from(r + 1 < rows)),
+                _ => (-gap, -gap),
+            };
+            area.draw(&Rectangle::new(
+                [(x0, y0), (x1 + ox, y1 + oy)],
+                col.filled(),
+            ))
+            .ctx(t.id)?;
+            c = end;
+        }
     }
     Ok(())
 }

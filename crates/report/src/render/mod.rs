@@ -54,14 +54,30 @@ const FONT: &str = "DejaVu Sans, Verdana, sans-serif";
 pub fn render_svg(fig: &Figure) -> Result<String, ReportError> {
     fonts(&fig.id)?;
     let mut out = String::new();
+    let cells;
     {
         let root = SVGBackend::with_string(&mut out, SVG_SIZE).into_drawing_area();
-        draw_figure(&root, fig, 1.0)?;
+        cells = draw_figure(&root, fig, 1.0, true)?;
         root.present().ctx(&fig.id)?;
     }
     if let Plot::Heatmap { .. } = fig.plot {
         // Cells must tile without anti-aliased seams when the SVG is scaled.
         out = out.replacen("<svg ", "<svg shape-rendering=\"crispEdges\" ", 1);
+    }
+    if let Some(img) = cells {
+        // Right after the background, so the frame and labels are drawn over it.
+        let tag = format!(
+            "<image x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" \
+             preserveAspectRatio=\"none\" style=\"image-rendering:crisp-edges;\
+             image-rendering:pixelated\" href=\"data:image/png;base64,{}\"/>\n",
+            img.x,
+            img.y,
+            img.w,
+            img.h,
+            base64(&img.png)
+        );
+        let at = out.find("/>\n").map_or(out.len(), |i| i + 3);
+        out.insert_str(at, &tag);
     }
     Ok(out)
 }
@@ -73,17 +89,44 @@ pub fn render_png(fig: &Figure) -> Result<Vec<u8>, ReportError> {
     let mut rgb = vec![0u8; (w * h * 3) as usize];
     {
         let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
-        draw_figure(&root, fig, f64::from(PNG_SCALE))?;
+        draw_figure(&root, fig, f64::from(PNG_SCALE), false)?;
         root.present().ctx(&fig.id)?;
     }
-    let mut png_bytes = Vec::new();
-    let mut enc = png::Encoder::new(&mut png_bytes, w, h);
+    encode_png(&rgb, w, h).ctx(&fig.id)
+}
+
+/// Encodes an 8-bit RGB buffer of `w` × `h` pixels as PNG.
+fn encode_png(rgb: &[u8], w: u32, h: u32) -> Result<Vec<u8>, png::EncodingError> {
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, w, h);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
-    let mut writer = enc.write_header().ctx(&fig.id)?;
-    writer.write_image_data(&rgb).ctx(&fig.id)?;
-    writer.finish().ctx(&fig.id)?;
-    Ok(png_bytes)
+    let mut writer = enc.write_header()?;
+    writer.write_image_data(rgb)?;
+    writer.finish()?;
+    Ok(out)
+}
+
+/// Standard base64 with padding (for the data URI of an embedded image).
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// Registers the embedded font once per process.
@@ -108,14 +151,18 @@ fn fonts(id: &str) -> Result<(), ReportError> {
 type Area<DB> = DrawingArea<DB, Shift>;
 
 /// Draws the title, then the plot below it.
+/// Returns the cells of a large heatmap when they are to be embedded as an
+/// image (SVG only).
 fn draw_figure<DB: DrawingBackend>(
     root: &Area<DB>,
     fig: &Figure,
     scale: f64,
-) -> Result<(), ReportError> {
+    svg: bool,
+) -> Result<Option<heatmap::CellImage>, ReportError> {
     let t = Theme {
         s: scale,
         id: &fig.id,
+        svg,
     };
     root.fill(&WHITE).ctx(t.id)?;
     let (w, _) = root.dim_in_pixel();
@@ -153,7 +200,8 @@ fn draw_figure<DB: DrawingBackend>(
             (*log_x, *log_y),
             series,
             hlines,
-        ),
+        )
+        .map(|()| None),
         Plot::Heatmap {
             x_label,
             y_label,
@@ -181,7 +229,7 @@ fn draw_figure<DB: DrawingBackend>(
             y_label,
             points,
             lines,
-        } => scatter::draw(&body, &t, x_label, y_label, points, lines),
+        } => scatter::draw(&body, &t, x_label, y_label, points, lines).map(|()| None),
     }
 }
 
@@ -189,6 +237,8 @@ fn draw_figure<DB: DrawingBackend>(
 struct Theme<'a> {
     s: f64,
     id: &'a str,
+    /// Drawing SVG (else a bitmap).
+    svg: bool,
 }
 
 const INK: RGBColor = RGBColor(34, 34, 34);
@@ -258,5 +308,24 @@ impl<T, E: Display> Ctx<T> for Result<T, E> {
             figure: id.to_string(),
             message: e.to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64;
+
+    #[test]
+    fn base64_matches_the_rfc_examples() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, coded) in cases {
+            assert_eq!(base64(plain.as_bytes()), coded);
+        }
     }
 }
