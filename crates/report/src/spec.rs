@@ -4,7 +4,8 @@
 //! points, with labels) as JSON in its run folder, and the renderer turns that into
 //! SVG and PNG. So `mechlab report <run>` rebuilds every picture from the run folder
 //! alone, a user can re-plot the same numbers in Python from the JSON, and the
-//! plotting crate can be swapped in one place.
+//! plotting crate can be swapped in one place. JSON has no NaN or infinity:
+//! such values are written as `null` and read back as NaN.
 //!
 //! ```
 //! use mechlab_report::spec::{Figure, Series};
@@ -17,7 +18,7 @@
 //! assert_eq!(back.id, "loss");
 //! ```
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// One figure of a report; `id` is its file stem under `figures/`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -54,6 +55,7 @@ pub enum Plot {
         y_label: String,
         rows: usize,
         cols: usize,
+        #[serde(deserialize_with = "floats")]
         values: Vec<f64>,
         #[serde(default)]
         row_ticks: Vec<String>,
@@ -78,7 +80,9 @@ pub enum Plot {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Series {
     pub name: String,
+    #[serde(deserialize_with = "floats")]
     pub x: Vec<f64>,
+    #[serde(deserialize_with = "floats")]
     pub y: Vec<f64>,
     /// Drawn dashed (theory, baselines) rather than solid (measurements).
     #[serde(default)]
@@ -89,13 +93,16 @@ pub struct Series {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RefLine {
     pub name: String,
+    #[serde(deserialize_with = "float")]
     pub y: f64,
 }
 
 /// One scatter point.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Point {
+    #[serde(deserialize_with = "float")]
     pub x: f64,
+    #[serde(deserialize_with = "float")]
     pub y: f64,
     /// Text drawn beside the point (e.g. the word), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -103,6 +110,19 @@ pub struct Point {
     /// Colour group (e.g. "positive" / "negative"), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+}
+
+// JSON has no NaN or infinity: serde_json writes them as `null`. Reading
+// `null` back as NaN lets a figure with missing values round-trip through its
+// file (the renderer skips NaN).
+
+fn float<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+fn floats<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let v = Vec::<Option<f64>>::deserialize(d)?;
+    Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
 }
 
 impl Series {
@@ -240,5 +260,24 @@ impl Figure {
             *col_ticks = cols;
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_values_read_back_as_nan() {
+        let fig = Figure::heatmap("h", "t", "x", "y", 1, 2, vec![f64::NAN, 1.0], false);
+        let json = serde_json::to_string(&fig).unwrap();
+        assert!(json.contains("[null,1.0]"), "{json}");
+        let back: Figure = serde_json::from_str(&json).unwrap();
+        let Plot::Heatmap { values, .. } = back.plot else {
+            panic!("not a heatmap")
+        };
+        assert!(values[0].is_nan() && values[1] == 1.0);
+        let p: Point = serde_json::from_str(r#"{"x": null, "y": 2}"#).unwrap();
+        assert!(p.x.is_nan() && p.y == 2.0);
     }
 }
