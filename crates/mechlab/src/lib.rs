@@ -14,8 +14,9 @@
 //! [`models`] holds one file per model (forward/backward over preallocated
 //! buffers, on [`mechlab_engine`]), [`train`] is the generic loop, [`probes`]
 //! measure mechanisms, [`experiments`] wire them together, [`run`] is the run
-//! folder, [`config`] resolves presets, and the CLI calls into these.
+//! folder, [`config`] resolves presets, and [`commands`] is what the CLI calls.
 
+pub mod commands;
 pub mod config;
 pub mod data;
 pub mod experiments;

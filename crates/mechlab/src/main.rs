@@ -1,5 +1,254 @@
-//! The `mechlab` command line (the commands land with the report renderer).
+//! The `mechlab` command line.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use mechlab::commands::{self, sweep};
+use mechlab::train::INTERRUPTED;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "mechlab",
+    version,
+    about = "A lab for the provable mechanisms of transformers"
+)]
+struct Cli {
+    /// No progress bars (for scripts and CI).
+    #[arg(long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the presets.
+    List,
+    /// Run a preset or a config file.
+    Run {
+        /// A preset name (see `mechlab list`) or a TOML file.
+        source: String,
+        /// Override a config key, e.g. --set train.lr=0.5 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run folder (default runs/<preset>-s<seed>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Real-text data root for the presets that read corpora (sets data.path).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+    /// Continue an interrupted run from its latest checkpoint.
+    Resume { run: PathBuf },
+    /// Rebuild a run's figures and report from its folder.
+    Report { run: PathBuf },
+    /// Run a grid of overrides over several seeds in parallel.
+    Sweep {
+        source: String,
+        /// key=v1,v2,... (repeatable; the grid is their product).
+        #[arg(long = "grid", value_name = "KEY=V1,V2")]
+        grid: Vec<String>,
+        /// Seeds: a..b (b excluded) or a,b,c.
+        #[arg(long, default_value = "0..2")]
+        seeds: String,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Run only slice i of n (i from 0), for job arrays; merge with `mechlab merge`.
+        #[arg(long)]
+        shard: Option<String>,
+        /// Sweep folder (default sweeps/<preset>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Runs at a time (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// Merge the folders of a sharded sweep into one index and summary.
+    Merge {
+        shards: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Export a run's parameters and recorded activations for numpy.
+    Export {
+        run: PathBuf,
+        /// Write .npy files (the only format for now).
+        #[arg(long)]
+        npy: bool,
+        /// Checkpoint step (default: the latest).
+        #[arg(long)]
+        step: Option<u64>,
+    },
+    /// Run every registered paper experiment and write one combined report.
+    Reproduce {
+        /// Papers to run: induction, selection, topic (default: all).
+        papers: Vec<String>,
+        /// Exit non-zero when a verdict fails.
+        #[arg(long)]
+        check: bool,
+        #[arg(long, default_value = "runs/reproduce")]
+        out: PathBuf,
+    },
+}
+
 fn main() {
-    eprintln!("mechlab: the command line is not wired yet");
-    std::process::exit(2);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupt: writing a checkpoint (Ctrl-C again to quit at once)");
+    });
+    match real_main() {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn real_main() -> Result<i32> {
+    let cli = Cli::parse();
+    let command: String = std::env::args().collect::<Vec<_>>().join(" ");
+    let quiet = cli.quiet;
+    match cli.cmd {
+        Cmd::List => {
+            let rows = commands::list();
+            let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+            for (name, exp, desc) in rows {
+                println!("{name:w$}  [{exp}]  {desc}");
+            }
+        }
+        Cmd::Run {
+            source,
+            mut set,
+            seed,
+            out,
+            data,
+        } => {
+            if let Some(d) = data {
+                set.push(format!("data.path=\"{}\"", d.display()));
+            }
+            let resolved = commands::resolve(&source, &set, seed)?;
+            let seed = resolved
+                .table
+                .get("seed")
+                .and_then(|v| v.as_integer())
+                .unwrap_or(0) as u64;
+            let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
+            let summary = commands::run(&resolved, &dir, &command, quiet)?;
+            print_verdicts(&summary);
+            println!("report: {}", dir.join("report.html").display());
+        }
+        Cmd::Resume { run } => {
+            let summary = commands::resume(&run, quiet)?;
+            print_verdicts(&summary);
+            println!("report: {}", run.join("report.html").display());
+        }
+        Cmd::Report { run } => {
+            commands::report::build(&run)?;
+            println!("report: {}", run.join("report.html").display());
+        }
+        Cmd::Sweep {
+            source,
+            grid,
+            seeds,
+            set,
+            shard,
+            out,
+            jobs,
+        } => {
+            let spec = sweep::SweepSpec {
+                source: source.clone(),
+                overrides: set,
+                grid: grid
+                    .iter()
+                    .map(|g| sweep::parse_grid(g))
+                    .collect::<Result<_, _>>()?,
+                seeds: sweep::parse_seeds(&seeds)?,
+                shard: shard.as_deref().map(sweep::parse_shard).transpose()?,
+            };
+            let stem = std::path::Path::new(&source)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or(source.clone());
+            let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(stem));
+            let jobs = jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+            });
+            let rows = sweep::sweep(&spec, &out, jobs, &command)?;
+            let failed = rows.iter().filter(|r| r.status != "ok").count();
+            println!(
+                "{} runs ({failed} failed): {}",
+                rows.len(),
+                out.join("summary.csv").display()
+            );
+            if failed > 0 {
+                return Ok(1);
+            }
+        }
+        Cmd::Merge { shards, out } => {
+            let rows = sweep::merge(&shards, &out)?;
+            println!(
+                "{} runs merged: {}",
+                rows.len(),
+                out.join("summary.csv").display()
+            );
+        }
+        Cmd::Export { run, npy, step } => {
+            if !npy {
+                bail!("choose a format: --npy");
+            }
+            let files = commands::export::export(&run, step)
+                .with_context(|| format!("exporting {}", run.display()))?;
+            for f in &files {
+                println!("{}", f.display());
+            }
+        }
+        Cmd::Reproduce { papers, check, out } => {
+            let outcomes = commands::reproduce::reproduce(&papers, &out, quiet, &command)?;
+            let mut all_pass = true;
+            for o in &outcomes {
+                all_pass &= o.passed();
+                match &o.result {
+                    Ok(s) => {
+                        println!("== {} ({:.1} s)", o.preset, o.seconds);
+                        print_verdicts(s);
+                    }
+                    Err(e) => println!("== {} ({:.1} s): error: {e}", o.preset, o.seconds),
+                }
+            }
+            println!("report: {}", out.join("report.html").display());
+            if check && !all_pass {
+                return Ok(2);
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn print_verdicts(s: &mechlab::run::summary::Summary) {
+    for v in &s.verdicts {
+        println!(
+            "  [{}] {} — predicted {}, measured {}",
+            if v.pass { "pass" } else { "FAIL" },
+            v.claim,
+            v.prediction,
+            v.measured
+        );
+    }
 }

@@ -14,17 +14,9 @@
 //! assert!(serde_json::to_string(&s).unwrap().contains("\"verdicts\""));
 //! ```
 
+pub use mechlab_report::Verdict;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// One claim of a paper checked against a run.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Verdict {
-    pub claim: String,
-    pub prediction: String,
-    pub measured: String,
-    pub pass: bool,
-}
 
 /// A run's result.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -1,0 +1,125 @@
+//! `mechlab export <run> --npy`: a run's parameters (and recorded activations) as
+//! `.npy` files numpy loads directly.
+//!
+//! Reads the chosen checkpoint (the latest by default) and, when the experiment
+//! recorded them, `activations.safetensors` (tensors under TransformerLens hook
+//! names such as `blocks.0.attn.hook_pattern`), and writes one `<name>.npy` per
+//! tensor into `<run>/export/`. Optimiser moments are left out.
+
+use crate::run::checkpoint::{self, CheckpointError};
+use crate::run::{atomic, io_err, RunError};
+use safetensors::tensor::Dtype;
+use std::path::{Path, PathBuf};
+
+/// Encodes a little-endian array as an NPY v1.0 file.
+pub fn npy_bytes(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
+    let shape_txt = match shape.len() {
+        0 => "()".to_string(),
+        1 => format!("({},)", shape[0]),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header =
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_txt}, }}");
+    // Magic (6) + version (2) + header length (2) + header, padded with spaces and
+    // ended by a newline to a multiple of 64 bytes.
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - unpadded % 64) % 64));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + data.len());
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+fn descr(d: Dtype) -> Option<&'static str> {
+    match d {
+        Dtype::F64 => Some("<f8"),
+        Dtype::F32 => Some("<f4"),
+        Dtype::I64 => Some("<i8"),
+        Dtype::I32 => Some("<i4"),
+        Dtype::U8 => Some("|u1"),
+        _ => None,
+    }
+}
+
+/// Writes every tensor of a safetensors file (except optimiser state) as `.npy`.
+fn export_file(src: &Path, dst: &Path, written: &mut Vec<PathBuf>) -> Result<(), RunError> {
+    let bytes = std::fs::read(src).map_err(io_err(src))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| RunError::Folder {
+        path: src.display().to_string(),
+        reason: format!("not a readable safetensors file ({e}); it may be truncated"),
+    })?;
+    for (name, view) in st.tensors() {
+        if name.starts_with("optim.") {
+            continue;
+        }
+        let Some(d) = descr(view.dtype()) else {
+            continue;
+        };
+        let path = dst.join(format!("{name}.npy"));
+        atomic::write(&path, &npy_bytes(d, view.shape(), view.data())).map_err(io_err(&path))?;
+        written.push(path);
+    }
+    Ok(())
+}
+
+/// Exports the checkpoint at `step` (latest when `None`) and any recorded
+/// activations of the run in `dir`; returns the files written.
+pub fn export(dir: &Path, step: Option<u64>) -> Result<Vec<PathBuf>, RunError> {
+    let ckdir = dir.join("checkpoints");
+    let ck = match step {
+        Some(s) => {
+            let p = ckdir.join(checkpoint::file_name(s));
+            if !p.exists() {
+                return Err(RunError::Folder {
+                    path: p.display().to_string(),
+                    reason: "no such checkpoint".into(),
+                });
+            }
+            p
+        }
+        None => checkpoint::latest(&ckdir).map_err(|e: CheckpointError| RunError::Folder {
+            path: ckdir.display().to_string(),
+            reason: e.to_string(),
+        })?,
+    };
+    let out = dir.join("export");
+    std::fs::create_dir_all(&out).map_err(io_err(&out))?;
+    let mut written = Vec::new();
+    export_file(&ck, &out, &mut written)?;
+    let act = dir.join("activations.safetensors");
+    if act.exists() {
+        export_file(&act, &out, &mut written)?;
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_header_is_aligned_and_parsable() {
+        let data: Vec<u8> = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let b = npy_bytes("<f8", &[2, 3], &data);
+        assert_eq!(&b[..6], b"\x93NUMPY");
+        let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+        assert_eq!((10 + hlen) % 64, 0);
+        let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
+        assert!(header.contains("'shape': (2, 3)"), "{header}");
+        assert!(header.ends_with('\n'));
+        assert_eq!(&b[10 + hlen..], &data[..]);
+    }
+}

@@ -1,0 +1,128 @@
+//! What the CLI calls: resolve a config, run, resume, report, sweep, export and
+//! reproduce. Each returns typed errors; only `main.rs` turns them into exit codes.
+
+pub mod export;
+pub mod report;
+pub mod reproduce;
+pub mod sweep;
+
+use crate::config::{self, presets, ConfigError};
+use crate::experiments::{self, Experiment, ExperimentError};
+use crate::run::summary::Summary;
+use crate::run::RunCtx;
+use std::path::{Path, PathBuf};
+
+/// A config resolved from a preset or file, with overrides applied.
+pub struct Resolved {
+    pub table: toml::Table,
+    pub experiment: &'static dyn Experiment,
+    /// The preset name or the file's stem: the default run name.
+    pub label: String,
+}
+
+/// Resolves `source` (a preset name or a TOML file) with `--set` overrides and an
+/// optional seed.
+pub fn resolve(
+    source: &str,
+    overrides: &[String],
+    seed: Option<u64>,
+) -> Result<Resolved, ConfigError> {
+    let (file_table, file_label, label) = if let Some(p) = presets::find(source) {
+        (
+            config::parse(p.text, &format!("preset {}", p.name))?,
+            format!("preset {}", p.name),
+            p.name.to_string(),
+        )
+    } else if Path::new(source).is_file() {
+        let path = Path::new(source);
+        (
+            config::read_file(path)?,
+            path.display().to_string(),
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "run".into()),
+        )
+    } else {
+        return Err(ConfigError::UnknownSource {
+            name: source.to_string(),
+            suggestion: config::closest(source, presets::PRESETS.iter().map(|p| p.name)),
+        });
+    };
+    let exp_name = file_table
+        .get("experiment")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let experiment = experiments::find(exp_name).ok_or_else(|| ConfigError::UnknownExperiment {
+        file: file_label.clone(),
+        name: exp_name.to_string(),
+        suggestion: config::closest(exp_name, experiments::all().iter().map(|e| e.name())),
+    })?;
+    let mut table = experiment.default_config();
+    config::overlay(&mut table, &file_table, &file_label)?;
+    for o in overrides {
+        config::apply_override(&mut table, o)?;
+    }
+    if let Some(seed) = seed {
+        table.insert("seed".into(), toml::Value::Integer(seed as i64));
+    }
+    // Fail now, before a folder is made, if the typed config does not accept it.
+    experiment.validate(&table, &file_label)?;
+    Ok(Resolved {
+        table,
+        experiment,
+        label,
+    })
+}
+
+/// A run's folder: `--out` if given, else `runs/<label>-s<seed>`, made unique with a
+/// numeric suffix.
+pub fn run_dir(out: Option<&Path>, label: &str, seed: u64) -> PathBuf {
+    if let Some(o) = out {
+        return o.to_path_buf();
+    }
+    let base = PathBuf::from("runs").join(format!("{label}-s{seed}"));
+    if !base.exists() {
+        return base;
+    }
+    (2..)
+        .map(|i| PathBuf::from("runs").join(format!("{label}-s{seed}-{i}")))
+        .find(|p| !p.exists())
+        .expect("an unused name exists")
+}
+
+/// Runs a resolved config into `dir` and builds its report.
+pub fn run(
+    resolved: &Resolved,
+    dir: &Path,
+    command: &str,
+    quiet: bool,
+) -> Result<Summary, ExperimentError> {
+    let mut ctx = RunCtx::create(dir, resolved.table.clone(), command, quiet)?;
+    let summary = resolved.experiment.run(&mut ctx)?;
+    ctx.finish(&summary)?;
+    report::build(dir)?;
+    Ok(summary)
+}
+
+/// Continues an interrupted run from its latest checkpoint, then builds its report.
+pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
+    let (mut ctx, _) = RunCtx::resume(dir, quiet)?;
+    let name = ctx.experiment().to_string();
+    let exp = experiments::find(&name).ok_or_else(|| ConfigError::UnknownExperiment {
+        file: dir.join("config.toml").display().to_string(),
+        name: name.clone(),
+        suggestion: None,
+    })?;
+    let summary = exp.run(&mut ctx)?;
+    ctx.finish(&summary)?;
+    report::build(dir)?;
+    Ok(summary)
+}
+
+/// `(name, experiment, description)` of every preset.
+pub fn list() -> Vec<(String, String, String)> {
+    presets::PRESETS
+        .iter()
+        .map(|p| (p.name.to_string(), p.experiment(), p.description()))
+        .collect()
+}

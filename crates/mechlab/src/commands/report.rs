@@ -1,0 +1,150 @@
+//! `mechlab report <run>`: rebuilds a run's figures and reports from its folder.
+//!
+//! Reads only the folder: `config.toml`, `summary.json`, `figures/*.json`,
+//! `notes.md` and `timing.json`; renders each figure to SVG and PNG, and writes
+//! `report.html` (self-contained) and `report.md`.
+
+use crate::experiments;
+use crate::run::{atomic, io_err, read_summary, RunError};
+use mechlab_report::{Block, Report, Section};
+use std::path::Path;
+
+fn report_err(path: &Path) -> impl FnOnce(mechlab_report::ReportError) -> RunError + '_ {
+    move |e| RunError::Folder {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// The run's report document (also used by the combined reproduce report).
+pub fn document(dir: &Path) -> Result<(Report, Vec<mechlab_report::Figure>), RunError> {
+    let summary = read_summary(dir)?;
+    let fig_dir = dir.join("figures");
+    let figures = if fig_dir.exists() {
+        mechlab_report::load_figures(&fig_dir).map_err(report_err(&fig_dir))?
+    } else {
+        Vec::new()
+    };
+    let cfg_path = dir.join("config.toml");
+    let config_text = std::fs::read_to_string(&cfg_path).map_err(io_err(&cfg_path))?;
+    let command = config_text
+        .lines()
+        .nth(1)
+        .and_then(|l| l.strip_prefix("# "))
+        .unwrap_or("")
+        .to_string();
+    let description = toml::from_str::<toml::Table>(&config_text)
+        .ok()
+        .and_then(|t| {
+            t.get("description")
+                .and_then(|d| d.as_str())
+                .map(String::from)
+        })
+        .unwrap_or_default();
+    let seconds = std::fs::read_to_string(dir.join("timing.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["seconds"].as_f64());
+    let citation = experiments::find(&summary.experiment)
+        .map(|e| e.citation())
+        .unwrap_or("");
+
+    let mut meta = vec![
+        ("experiment".to_string(), summary.experiment.clone()),
+        ("seed".to_string(), summary.seed.to_string()),
+    ];
+    if !citation.is_empty() {
+        meta.push(("paper".into(), citation.to_string()));
+    }
+    if let Some(s) = seconds {
+        meta.push(("wall time".into(), format!("{s:.1} s")));
+    }
+    if !command.is_empty() {
+        meta.push(("command".into(), command));
+    }
+    let passed = summary.verdicts.iter().filter(|v| v.pass).count();
+    let mut sections = vec![Section {
+        title: format!("Verdicts ({passed}/{} pass)", summary.verdicts.len()),
+        blocks: vec![Block::Verdicts(summary.verdicts.clone())],
+    }];
+    if let Ok(notes) = std::fs::read_to_string(dir.join("notes.md")) {
+        sections.push(Section {
+            title: "Notes".into(),
+            blocks: vec![Block::Markdown(notes)],
+        });
+    }
+    if !figures.is_empty() {
+        sections.push(Section {
+            title: "Figures".into(),
+            blocks: figures
+                .iter()
+                .map(|f| Block::Figure(f.id.clone()))
+                .collect(),
+        });
+    }
+    sections.push(Section {
+        title: "Metrics".into(),
+        blocks: vec![Block::Table {
+            headers: vec!["metric".into(), "value".into()],
+            rows: summary
+                .metrics
+                .iter()
+                .map(|(k, v)| vec![k.clone(), fmt_num(*v)])
+                .collect(),
+        }],
+    });
+    sections.push(Section {
+        title: "Config".into(),
+        blocks: vec![Block::Code(config_text)],
+    });
+    let title = if description.is_empty() {
+        format!("mechlab: {}", summary.experiment)
+    } else {
+        format!("mechlab: {description}")
+    };
+    Ok((
+        Report {
+            title,
+            meta,
+            sections,
+        },
+        figures,
+    ))
+}
+
+/// A number as a report shows it.
+pub fn fmt_num(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v == v.trunc() && v.abs() < 1e9 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1e-3 && v.abs() < 1e5 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.3e}")
+    }
+}
+
+/// Rebuilds `figures/*.{svg,png}`, `report.html` and `report.md` of the run in `dir`.
+pub fn build(dir: &Path) -> Result<(), RunError> {
+    let (report, figures) = document(dir)?;
+    let fig_dir = dir.join("figures");
+    mechlab_report::write_figures(&fig_dir, &figures).map_err(report_err(&fig_dir))?;
+    write_report(dir, &report, &figures, "figures")
+}
+
+/// Writes `report.html` and `report.md` into `dir`; the Markdown links figures
+/// as `<figure_dir>/<id>.svg`.
+pub fn write_report(
+    dir: &Path,
+    report: &Report,
+    figures: &[mechlab_report::Figure],
+    figure_dir: &str,
+) -> Result<(), RunError> {
+    let html = mechlab_report::render_html(report, figures).map_err(report_err(dir))?;
+    let p = dir.join("report.html");
+    atomic::write(&p, html.as_bytes()).map_err(io_err(&p))?;
+    let md = mechlab_report::render_markdown(report, figure_dir);
+    let p = dir.join("report.md");
+    atomic::write(&p, md.as_bytes()).map_err(io_err(&p))
+}

@@ -1,0 +1,184 @@
+//! `mechlab reproduce [<paper>...]`: every registered paper experiment at its
+//! default scale, and one combined report with the verdict table.
+//!
+//! Each experiment's reproduce presets run into `<out>/<preset>/` (a full run
+//! folder each); `<out>/report.html`, `report.md` and `summary.json` gather every
+//! verdict (claim, theory's prediction, measured, pass), how long each run took, and
+//! each run's figures.
+
+use super::{report, resolve, run};
+use crate::experiments::{self, ExperimentError};
+use crate::run::summary::Summary;
+use crate::run::{atomic, io_err, RunError};
+use mechlab_report::{Block, Report, Section};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// One finished reproduce run.
+pub struct Outcome {
+    pub paper: String,
+    pub preset: String,
+    pub dir: PathBuf,
+    pub seconds: f64,
+    pub result: Result<Summary, String>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.result.as_ref().is_ok_and(|s| s.all_pass())
+    }
+}
+
+/// Runs the reproduce presets of `papers` (all when empty) into `out`.
+pub fn reproduce(
+    papers: &[String],
+    out: &Path,
+    quiet: bool,
+    command: &str,
+) -> Result<Vec<Outcome>, ExperimentError> {
+    let all = experiments::all();
+    for p in papers {
+        if !all.iter().any(|e| e.name() == p) {
+            return Err(ExperimentError::Data(format!(
+                "no paper experiment `{p}` (known: {})",
+                all.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    let mut outcomes = Vec::new();
+    for exp in all
+        .iter()
+        .filter(|e| papers.is_empty() || papers.iter().any(|p| p == e.name()))
+    {
+        for item in exp.reproduce() {
+            let dir = out.join(item.preset);
+            // This folder is ours (a previous reproduce): start it afresh.
+            let _ = std::fs::remove_dir_all(&dir);
+            if !quiet {
+                eprintln!("reproduce: {} ({})", item.preset, exp.name());
+            }
+            let t0 = Instant::now();
+            let result = resolve(item.preset, &item.overrides, None)
+                .map_err(ExperimentError::from)
+                .and_then(|r| run(&r, &dir, command, quiet))
+                .map_err(|e| e.to_string());
+            outcomes.push(Outcome {
+                paper: exp.name().to_string(),
+                preset: item.preset.to_string(),
+                dir,
+                seconds: t0.elapsed().as_secs_f64(),
+                result,
+            });
+        }
+    }
+    write_combined(out, &outcomes)?;
+    Ok(outcomes)
+}
+
+fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let total: f64 = outcomes.iter().map(|o| o.seconds).sum();
+    let mut verdict_rows = Vec::new();
+    let mut runs_rows = Vec::new();
+    let mut json_runs = Vec::new();
+    for o in outcomes {
+        let (status, n_pass, n) = match &o.result {
+            Ok(s) => {
+                for v in &s.verdicts {
+                    verdict_rows.push(vec![
+                        o.preset.clone(),
+                        v.claim.clone(),
+                        v.prediction.clone(),
+                        v.measured.clone(),
+                        if v.pass {
+                            "✅ pass".into()
+                        } else {
+                            "❌ FAIL".into()
+                        },
+                    ]);
+                }
+                let np = s.verdicts.iter().filter(|v| v.pass).count();
+                ("ok".to_string(), np, s.verdicts.len())
+            }
+            Err(e) => {
+                verdict_rows.push(vec![
+                    o.preset.clone(),
+                    "the run completes".into(),
+                    "no error".into(),
+                    e.clone(),
+                    "❌ FAIL".into(),
+                ]);
+                (format!("error: {e}"), 0, 1)
+            }
+        };
+        runs_rows.push(vec![
+            o.paper.clone(),
+            format!("[{0}]({0}/report.html)", o.preset),
+            format!("{:.1} s", o.seconds),
+            format!("{n_pass}/{n}"),
+            status.clone(),
+        ]);
+        json_runs.push(serde_json::json!({
+            "paper": o.paper, "preset": o.preset, "seconds": o.seconds, "status": status,
+            "summary": o.result.as_ref().ok(),
+        }));
+    }
+    let passed = outcomes.iter().filter(|o| o.passed()).count();
+    let mut sections = vec![
+        Section {
+            title: format!(
+                "Verdicts ({passed}/{} runs pass every claim)",
+                outcomes.len()
+            ),
+            blocks: vec![Block::Table {
+                headers: ["run", "claim", "theory predicts", "measured", "verdict"]
+                    .map(String::from)
+                    .to_vec(),
+                rows: verdict_rows,
+            }],
+        },
+        Section {
+            title: format!("Runs ({total:.1} s in total)"),
+            blocks: vec![Block::Table {
+                headers: ["paper", "run", "time", "verdicts", "status"]
+                    .map(String::from)
+                    .to_vec(),
+                rows: runs_rows,
+            }],
+        },
+    ];
+    // Each run's figures, under the run's own heading, ids prefixed by the run.
+    let mut figures = Vec::new();
+    for o in outcomes.iter().filter(|o| o.result.is_ok()) {
+        if let Ok((_, figs)) = report::document(&o.dir) {
+            let mut blocks = Vec::new();
+            for mut f in figs {
+                f.id = format!("{}/figures/{}", o.preset, f.id);
+                blocks.push(Block::Figure(f.id.clone()));
+                figures.push(f);
+            }
+            sections.push(Section {
+                title: format!("{} ({})", o.preset, o.paper),
+                blocks,
+            });
+        }
+    }
+    let report = Report {
+        title: "mechlab reproduce".into(),
+        meta: vec![
+            ("runs".into(), outcomes.len().to_string()),
+            ("total time".into(), format!("{total:.1} s")),
+        ],
+        sections,
+    };
+    report::write_report(out, &report, &figures, ".")?;
+    let p = out.join("summary.json");
+    let json = serde_json::json!({ "total_seconds": total, "runs": json_runs });
+    atomic::write(
+        &p,
+        serde_json::to_string_pretty(&json)
+            .expect("serialises")
+            .as_bytes(),
+    )
+    .map_err(io_err(&p))
+}
