@@ -1,2 +1,3 @@
 //! Data: seeded synthetic generators for each paper, and adapters over the
 //! real-text corpora of [`mechlab_corpora`].
+pub mod selection;
