@@ -16,32 +16,55 @@ use std::time::Instant;
 
 fn write_raw<T: Copy>(path: &std::path::Path, x: &[T]) -> std::io::Result<()> {
     // Plain little-endian dumps; numpy reads them with fromfile.
-    let bytes = unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, std::mem::size_of_val(x)) };
+    let bytes =
+        unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, std::mem::size_of_val(x)) };
     std::fs::File::create(path)?.write_all(bytes)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    let out = std::path::PathBuf::from(a.first().cloned().unwrap_or_else(|| "/tmp/bench_selection".into()));
+    let out = std::path::PathBuf::from(
+        a.first()
+            .cloned()
+            .unwrap_or_else(|| "/tmp/bench_selection".into()),
+    );
     let num = |i: usize, d: usize| a.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (n, t, vocab, d, reps) = (num(1, 25_000), num(2, 256), num(3, 20_000), num(4, 256), num(5, 20));
+    let (n, t, vocab, d, reps) = (
+        num(1, 25_000),
+        num(2, 256),
+        num(3, 20_000),
+        num(4, 256),
+        num(5, 20),
+    );
     std::fs::create_dir_all(&out)?;
 
     // IMDB-like data: lengths in [T/2, T], Zipf-ish token ids, labels ±1.
     let mut rng = mechlab::rng::stream(0, mechlab::rng::Stream::Data);
-    let mut data = SeqData { n, n_ctx: t, d_vocab: vocab, ..SeqData::default() };
+    let mut data = SeqData {
+        n,
+        n_ctx: t,
+        d_vocab: vocab,
+        ..SeqData::default()
+    };
     for _ in 0..n {
         let len = rng.random_range(t / 2..=t);
         for i in 0..t {
             let u: f64 = rng.random();
-            let id = ((vocab as f64).powf(u) as usize).saturating_sub(1).min(vocab - 1);
+            let id = ((vocab as f64).powf(u) as usize)
+                .saturating_sub(1)
+                .min(vocab - 1);
             data.ids.push(if i < len { id as u32 } else { 0 });
         }
         data.lens.push(len as u32);
         data.y.push(if rng.random::<bool>() { 1.0 } else { -1.0 });
     }
     let data = Arc::new(data);
-    let cfg = ModelConfig { d_model: d, dtype: "f32".into(), e_orthogonal_to_v: false, ..ModelConfig::default() };
+    let cfg = ModelConfig {
+        d_model: d,
+        dtype: "f32".into(),
+        e_orthogonal_to_v: false,
+        ..ModelConfig::default()
+    };
     let mut m = SelectionModel::<f32>::new(&cfg, data.clone(), 0);
     // a non-zero ⟨cls⟩ so that attention is not uniform
     let pv: Vec<f32> = (0..d).map(|_| rng.random_range(-1.0f32..1.0)).collect();
@@ -66,7 +89,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut timed = times[2..].to_vec(); // two warm-up steps
     timed.sort_by(f64::total_cmp);
     let median = timed[timed.len() / 2];
-    let norm = |g: &[f32]| g.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
+    let norm = |g: &[f32]| {
+        g.iter()
+            .map(|&x| (x as f64) * (x as f64))
+            .sum::<f64>()
+            .sqrt()
+    };
     let result = serde_json::json!({
         "n": n, "T": t, "vocab": vocab, "d": d,
         "threads": rayon::current_num_threads(),
