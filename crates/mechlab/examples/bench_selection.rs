@@ -14,11 +14,14 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
-fn write_raw<T: Copy>(path: &std::path::Path, x: &[T]) -> std::io::Result<()> {
-    // Plain little-endian dumps; numpy reads them with fromfile.
-    let bytes =
-        unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, std::mem::size_of_val(x)) };
-    std::fs::File::create(path)?.write_all(bytes)
+/// A plain little-endian dump that numpy reads with `fromfile`.
+fn write_raw<T: Copy, const B: usize>(
+    path: &std::path::Path,
+    x: &[T],
+    le: fn(T) -> [u8; B],
+) -> std::io::Result<()> {
+    let bytes: Vec<u8> = x.iter().flat_map(|&v| le(v)).collect();
+    std::fs::File::create(path)?.write_all(&bytes)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -70,13 +73,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pv: Vec<f32> = (0..d).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     m.p.value_mut().copy_from_slice(&pv);
 
-    write_raw(&out.join("ids.u32"), &data.ids)?;
-    write_raw(&out.join("lens.u32"), &data.lens)?;
+    write_raw(&out.join("ids.u32"), &data.ids, u32::to_le_bytes)?;
+    write_raw(&out.join("lens.u32"), &data.lens, u32::to_le_bytes)?;
     let y32: Vec<f32> = data.y.iter().map(|&y| y as f32).collect();
-    write_raw(&out.join("y.f32"), &y32)?;
-    write_raw(&out.join("E.f32"), m.w_e.value())?;
-    write_raw(&out.join("p.f32"), m.p.value())?;
-    write_raw(&out.join("v.f32"), m.v.value())?;
+    write_raw(&out.join("y.f32"), &y32, f32::to_le_bytes)?;
+    write_raw(&out.join("E.f32"), m.w_e.value(), f32::to_le_bytes)?;
+    write_raw(&out.join("p.f32"), m.p.value(), f32::to_le_bytes)?;
+    write_raw(&out.join("v.f32"), m.v.value(), f32::to_le_bytes)?;
 
     let mut times = Vec::new();
     let mut loss = 0.0f32;

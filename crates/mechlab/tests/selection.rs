@@ -274,6 +274,23 @@ fn swapped_selection_gives_a_different_max_margin_direction() {
 }
 
 #[test]
+fn joint_adam_training_also_selects_the_signal_tokens() {
+    // The practical comparison: E, p and v trained together with Adam from p = 0.
+    let tmp = tempfile::tempdir().unwrap();
+    let over = [
+        "train.stages=[]",
+        "train.optimizer=adam",
+        "train.lr=0.05",
+        "train.steps=300",
+        "probe.max_margin=false",
+    ];
+    let s = run_preset("selection-synthetic", &over, &tmp.path().join("adam")).unwrap();
+    assert!(s.metrics["attn_mass"] > 0.9, "{s:?}");
+    assert_eq!(s.metrics["test_acc"], 1.0, "{s:?}");
+    assert!(verdict(&s, "U-shaped"), "{s:?}");
+}
+
+#[test]
 fn an_interrupted_run_resumes_to_the_same_result() {
     let tmp = tempfile::tempdir().unwrap();
     let over = ["synthetic.n_train=128", "run.checkpoint_every=100"];
