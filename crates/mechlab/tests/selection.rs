@@ -3,10 +3,10 @@
 //! bad inputs, and (when the shared data is present) the U-shape on real IMDB.
 
 use mechlab::data::selection::{generate, SeqData, SynthConfig};
-use mechlab::experiments::selection::one_step_check;
 use mechlab::experiments::{find, ExperimentError};
 use mechlab::models::selection::{ModelConfig, SelectionModel};
 use mechlab::probes::selection as pr;
+use mechlab::probes::selection::one_step_check;
 use mechlab::run::summary::Summary;
 use mechlab::run::RunCtx;
 use mechlab::train::Trainable;

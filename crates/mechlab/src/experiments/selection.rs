@@ -15,13 +15,13 @@ use crate::data::reviews::{self, ReviewsConfig};
 use crate::data::selection::{generate, SeqData, SynthConfig, TokenClass};
 use crate::experiments::{Experiment, ExperimentError, ReproduceItem};
 use crate::models::selection::{ModelConfig, SelectionModel};
-use crate::probes::selection as pr;
+use crate::probes::selection::{self as pr, one_step_check, vals};
 use crate::rng::{stream, Stream};
 use crate::run::summary::Summary;
 use crate::run::{metrics, RunConfig, RunCtx, RunError};
 use crate::train::config::StageConfig;
-use crate::train::{fit, OptimizerKind, TrainConfig, Trainable};
-use mechlab_engine::{Float, Parameters};
+use crate::train::{fit, OptimizerKind, TrainConfig};
+use mechlab_engine::Float;
 use mechlab_report::{Figure, Point, Series};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -113,63 +113,6 @@ impl Default for SelectionConfig {
 }
 
 pub struct Selection;
-
-/// Claim-1 result: `Δ(E_s·v)` after one step against `(η/2) α_s ‖v‖²`.
-pub struct OneStep {
-    pub alpha: Vec<f64>,
-    pub measured: Vec<f64>,
-    pub predicted: Vec<f64>,
-    /// `max_s |measured − predicted| / max_s |predicted|`.
-    pub rel_err: f64,
-    pub eta: f64,
-    pub slope: f64,
-}
-
-fn vals<T: Float>(x: &[T]) -> Vec<f64> {
-    x.iter().map(|v| v.as_f64()).collect()
-}
-
-/// One SGD step of size `eta` on `E` alone from the model's initial state, on a
-/// fresh copy (so it is available on resume too), against the formula.
-pub fn one_step_check<T: Float>(
-    cfg: &ModelConfig,
-    data: Arc<SeqData>,
-    seed: u64,
-    eta: f64,
-) -> OneStep {
-    let mut m = SelectionModel::<T>::new(cfg, data.clone(), seed);
-    let d = cfg.d_model;
-    let v = vals(m.v.value());
-    let ev0 = pr::project(&vals(m.w_e.value()), d, &v);
-    m.set_trainable(&["embed".into()]);
-    m.zero_grad();
-    m.train_step(0);
-    let (e, g) = m.w_e.value_and_grad_mut();
-    for (x, gx) in e.iter_mut().zip(g.iter()) {
-        *x -= T::of(eta) * *gx;
-    }
-    let ev1 = pr::project(&vals(m.w_e.value()), d, &v);
-    let alpha = pr::signed_frequency(&data);
-    let slope = eta / 2.0 * v.iter().map(|x| x * x).sum::<f64>();
-    let measured: Vec<f64> = ev1.iter().zip(&ev0).map(|(a, b)| a - b).collect();
-    let predicted: Vec<f64> = alpha.iter().map(|a| slope * a).collect();
-    let scale = predicted
-        .iter()
-        .fold(0.0f64, |m, x| m.max(x.abs()))
-        .max(1e-300);
-    let err = measured
-        .iter()
-        .zip(&predicted)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    OneStep {
-        alpha,
-        measured,
-        predicted,
-        rel_err: err / scale,
-        eta,
-        slope,
-    }
-}
 
 /// The selection the probes measure against: the best token of each sequence, or
 /// (the control) its worst.

@@ -21,11 +21,15 @@
 //! ```
 
 use crate::data::selection::SeqData;
+use crate::models::selection::{ModelConfig, SelectionModel};
+use crate::train::Trainable;
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{
     DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus,
 };
+use mechlab_engine::{Float, Parameters};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// `α_s = (1/n) Σ_k y_k count_s(X_k) / T_k` for every token `s`: `[d_vocab]`.
 pub fn signed_frequency(data: &SeqData) -> Vec<f64> {
@@ -40,6 +44,64 @@ pub fn signed_frequency(data: &SeqData) -> Vec<f64> {
     let n = data.n.max(1) as f64;
     alpha.iter_mut().for_each(|a| *a /= n);
     alpha
+}
+
+/// A parameter's values as `f64`.
+pub fn vals<T: Float>(x: &[T]) -> Vec<f64> {
+    x.iter().map(|v| v.as_f64()).collect()
+}
+
+/// Claim-1 result: `Δ(E_s·v)` after one step against `(η/2) α_s ‖v‖²`.
+pub struct OneStep {
+    pub alpha: Vec<f64>,
+    pub measured: Vec<f64>,
+    pub predicted: Vec<f64>,
+    /// `max_s |measured − predicted| / max_s |predicted|`.
+    pub rel_err: f64,
+    pub eta: f64,
+    pub slope: f64,
+}
+
+/// One SGD step of size `eta` on `E` alone from the model's initial state, on a
+/// fresh copy (so it is available on resume too), against the formula.
+pub fn one_step_check<T: Float>(
+    cfg: &ModelConfig,
+    data: Arc<SeqData>,
+    seed: u64,
+    eta: f64,
+) -> OneStep {
+    let mut m = SelectionModel::<T>::new(cfg, data.clone(), seed);
+    let d = cfg.d_model;
+    let v = vals(m.v.value());
+    let ev0 = project(&vals(m.w_e.value()), d, &v);
+    m.set_trainable(&["embed".into()]);
+    m.zero_grad();
+    m.train_step(0);
+    let (e, g) = m.w_e.value_and_grad_mut();
+    for (x, gx) in e.iter_mut().zip(g.iter()) {
+        *x -= T::of(eta) * *gx;
+    }
+    let ev1 = project(&vals(m.w_e.value()), d, &v);
+    let alpha = signed_frequency(&data);
+    let slope = eta / 2.0 * v.iter().map(|x| x * x).sum::<f64>();
+    let measured: Vec<f64> = ev1.iter().zip(&ev0).map(|(a, b)| a - b).collect();
+    let predicted: Vec<f64> = alpha.iter().map(|a| slope * a).collect();
+    let scale = predicted
+        .iter()
+        .fold(0.0f64, |m, x| m.max(x.abs()))
+        .max(1e-300);
+    let err = measured
+        .iter()
+        .zip(&predicted)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    OneStep {
+        alpha,
+        measured,
+        predicted,
+        rel_err: err / scale,
+        eta,
+        slope,
+    }
 }
 
 /// `E·x` for every row: `[d_vocab]`.
