@@ -21,7 +21,11 @@ macro_rules! preset {
 }
 
 /// Every preset, in `mechlab list` order.
-pub const PRESETS: &[Preset] = &[];
+pub const PRESETS: &[Preset] = &[
+    preset!("selection-synthetic"),
+    preset!("selection-imdb"),
+    preset!("selection-yelp"),
+];
 
 /// The preset called `name`.
 pub fn find(name: &str) -> Option<&'static Preset> {

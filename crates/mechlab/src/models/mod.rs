@@ -1,2 +1,3 @@
 //! Models: one file per model, each a forward/backward pair over preallocated
 //! buffers with its activations in a named struct (the activation cache).
+pub mod selection;

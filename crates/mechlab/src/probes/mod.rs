@@ -1,1 +1,2 @@
 //! Probes: measurements of a mechanism on a model and its data.
+pub mod selection;
