@@ -206,8 +206,23 @@ pub fn apply_override(table: &mut Table, arg: &str) -> Result<(), ConfigError> {
 pub fn parse(text: &str, file: &str) -> Result<Table, ConfigError> {
     toml::from_str::<Table>(text).map_err(|e| ConfigError::Parse {
         file: file.to_string(),
-        message: e.to_string().trim().replace('\n', " "),
+        message: one_line(&e.to_string()),
     })
+}
+
+/// The parser's message on one line: its position line and its last line (the
+/// reason), without the source excerpt it draws between them.
+fn one_line(msg: &str) -> String {
+    let lines: Vec<&str> = msg
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    match (lines.first(), lines.last()) {
+        (Some(first), Some(last)) if lines.len() > 1 => format!("{first}: {last}"),
+        (Some(first), _) => first.to_string(),
+        _ => String::new(),
+    }
 }
 
 /// Reads and parses a TOML file.
@@ -225,7 +240,7 @@ pub fn typed<C: serde::de::DeserializeOwned>(table: &Table, file: &str) -> Resul
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::Invalid {
             file: file.to_string(),
-            message: e.to_string().trim().replace('\n', " "),
+            message: one_line(&e.to_string()),
         })
 }
 

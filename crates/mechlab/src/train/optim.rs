@@ -146,6 +146,7 @@ impl<T: Float> Optimizer<T> {
         let t = self.t;
         let (ms, vs) = (&mut self.m, &mut self.v);
         let mut i = 0usize;
+        // A zero (or underflowed) norm means there is nothing to follow: no step.
         model.visit_mut(&mut |p: &mut Param<T>| {
             let idx = i;
             i += 1;
@@ -165,9 +166,15 @@ impl<T: Float> Optimizer<T> {
                             *m = mu * *m + gi;
                             *w -= lr_t * *m;
                         }
-                    } else {
+                    } else if gscale == 1.0 {
                         for (w, g) in w.iter_mut().zip(g.iter()) {
-                            *w -= lr_t * (*g * gs + wd * *w);
+                            *w -= lr_t * (*g + wd * *w);
+                        }
+                    } else {
+                        // Scale in f64: normalising a tiny f32 gradient would
+                        // overflow 1/‖g‖ in f32 and turn a converged run into inf.
+                        for (w, g) in w.iter_mut().zip(g.iter()) {
+                            *w -= lr_t * (T::of(g.as_f64() * gscale) + wd * *w);
                         }
                     }
                 }
@@ -218,5 +225,38 @@ impl<T: Float> Optimizer<T> {
         self.m = m;
         self.v = v;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mechlab_engine::param;
+
+    struct One(Param<f32>);
+    impl Parameters<f32> for One {
+        fn visit(&self, f: &mut dyn FnMut(&Param<f32>)) {
+            f(&self.0)
+        }
+        fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f32>)) {
+            f(&mut self.0)
+        }
+    }
+
+    #[test]
+    fn normalized_gd_takes_unit_steps_even_for_tiny_f32_gradients() {
+        let mut m = One(param("p", "p", &[2], vec![1.0, 1.0]));
+        m.0.grad_mut().copy_from_slice(&[3e-40, 4e-40]); // subnormal in f32
+        let mut opt = Optimizer::new(OptimizerKind::NormalizedGd, Hyper::default(), &m);
+        opt.step(&mut m, 0.5, &[]);
+        let w = m.0.value();
+        assert!(w.iter().all(|x| x.is_finite()), "{w:?}");
+        assert!(
+            (w[0] - (1.0 - 0.5 * 0.6)).abs() < 1e-3 && (w[1] - (1.0 - 0.5 * 0.8)).abs() < 1e-3,
+            "{w:?}"
+        );
+        m.0.grad_mut().copy_from_slice(&[0.0, 0.0]);
+        opt.step(&mut m, 0.5, &[]);
+        assert!(m.0.value().iter().all(|x| x.is_finite()));
     }
 }
