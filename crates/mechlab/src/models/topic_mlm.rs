@@ -1,0 +1,1262 @@
+//! The one-layer, one-head masked-LM transformer of Li, Li, Risteski (2023).
+//!
+//! `h0 = E[x]` (optionally BERT's embedding block `LayerNorm(E[x] + token_type)`),
+//! one attention head with `d_head = d_model`, no FFN, no output projection, then
+//! `y = a (+ h0)` (optionally layer-normed) and `logits = y W_U + b_U`. Every part
+//! the paper freezes is a flag ([`TopicMlmConfig`]): one-hot or trained embeddings,
+//! frozen-uniform or trained attention, value matrix trained / identity / topic
+//! blocks, decoder identity / tied / trained, residual, layer norm, cross-entropy
+//! or MSE. Frozen parts are not parameters (they are not visited, optimised or
+//! checkpointed) and skip their work: one-hot inputs turn every `h0 · W` into a row
+//! gather, uniform attention skips queries and keys and averages the values once
+//! per document, and only labelled positions are ever used as queries, since the
+//! MLM loss reads nothing else.
+//!
+//! Weights follow TransformerLens layout (`x · W`, `W: [d_in, d_out]`), so the
+//! authors' "column Gram `W_Vᵀ W_V`" of the PyTorch `[out, in]` weight is the Gram
+//! of our `W_V`'s rows.
+//!
+//! ```
+//! use mechlab::models::topic_mlm::{TopicMlm, TopicMlmConfig};
+//! use mechlab::data::lda::{LdaConfig, LdaModel, generate, mask_docs};
+//! let cfg = LdaConfig { n_train: 4, ..LdaConfig::default() };
+//! let lda = LdaModel::new(&cfg).unwrap();
+//! let mut rng = mechlab::rng::stream(0, mechlab::rng::Stream::Data);
+//! let mut set = generate(&lda, &cfg, 4, &mut rng).to_mlm();
+//! mask_docs(&mut set, &cfg, lda.d_vocab(), &mut rng);
+//! let mut m = TopicMlm::<f64>::new(&TopicMlmConfig::default(), lda.d_vocab(),
+//!     &lda.topic_of_token(), set.max_len(), 0).unwrap();
+//! let loss = m.loss(&set, &[0, 1, 2, 3]);
+//! assert!((loss - (104f64).ln()).abs() < 0.5); // near-uniform predictions at init
+//! ```
+
+use crate::data::lda::{MlmSet, NO_LABEL};
+use crate::rng::{stream, Stream};
+use mechlab_engine::matmul::{matmul, Op};
+use mechlab_engine::{param, Float, Param, Parameters};
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedKind {
+    OneHot,
+    Trained,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnKind {
+    /// `W_Q = W_K = 0`, frozen: every query attends uniformly to the visible keys.
+    Uniform,
+    Trained,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueKind {
+    Trained,
+    Identity,
+    /// Frozen to `1[topic(i) = topic(j)]` over word dimensions (the authors' block matrix).
+    Blocks,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecoderKind {
+    Identity,
+    /// `W_U = W_Eᵀ`, no bias.
+    Tied,
+    Trained,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossKind {
+    CrossEntropy,
+    /// Mean squared error against the one-hot label, over all `labels × d_vocab` entries.
+    Mse,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InitKind {
+    /// PyTorch defaults: linears `U(±1/√d_in)`, embeddings `N(0, 1)`.
+    Default,
+    /// Trained `W_Q, W_K, W_V` and embeddings `init_noise · U[0, 1)`, biases 0.
+    NearZero,
+}
+
+/// The `[model]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicMlmConfig {
+    /// `"f32"` or `"f64"`.
+    pub dtype: String,
+    /// 0: `d_vocab` (required by one-hot embeddings and the identity decoder).
+    pub d_model: usize,
+    pub embedding: EmbedKind,
+    pub attention: AttnKind,
+    pub value: ValueKind,
+    pub decoder: DecoderKind,
+    pub residual: bool,
+    pub layer_norm: bool,
+    pub loss: LossKind,
+    /// The authors' code keeps Hugging Face BERT's embedding block:
+    /// `h0 = LayerNorm(E[x] + t)` with a trained token-type vector `t ~ N(0, 1)`
+    /// and a trained gain and bias. Off by default (the clean model).
+    pub bert_embedding_ln: bool,
+    pub init: InitKind,
+    pub init_noise: f64,
+}
+
+impl Default for TopicMlmConfig {
+    fn default() -> Self {
+        TopicMlmConfig {
+            dtype: "f32".into(),
+            d_model: 0,
+            embedding: EmbedKind::OneHot,
+            attention: AttnKind::Uniform,
+            value: ValueKind::Trained,
+            decoder: DecoderKind::Identity,
+            residual: false,
+            layer_norm: false,
+            loss: LossKind::CrossEntropy,
+            bert_embedding_ln: false,
+            init: InitKind::Default,
+            init_noise: 0.0,
+        }
+    }
+}
+
+// Parameter slots, in visit order.
+pub const W_E: usize = 0;
+pub const TOKEN_TYPE: usize = 1;
+pub const EMB_LN_W: usize = 2;
+pub const EMB_LN_B: usize = 3;
+pub const W_Q: usize = 4;
+pub const B_Q: usize = 5;
+pub const W_K: usize = 6;
+pub const B_K: usize = 7;
+pub const W_V: usize = 8;
+pub const B_V: usize = 9;
+pub const LN_W: usize = 10;
+pub const LN_B: usize = 11;
+pub const W_U: usize = 12;
+pub const B_U: usize = 13;
+const N_SLOTS: usize = 14;
+const LN_EPS: f64 = 1e-12;
+/// Fixed number of batch chunks: each gets its own gradient buffers, reduced in
+/// chunk order, so results do not depend on the thread count.
+pub const N_CHUNKS: usize = 8;
+
+/// The fast paths a config allows.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    d: usize,
+    v: usize,
+    /// `h0` is the one-hot row of the token: products with it are gathers.
+    onehot: bool,
+    /// Something below `h0` is trained, so `dh0` is needed.
+    need_dh0: bool,
+    uniform: bool,
+    /// Uniform attention and no residual: every query row is the same; compute one.
+    shared: bool,
+    cfg_value: ValueKind,
+    decoder: DecoderKind,
+    residual: bool,
+    layer_norm: bool,
+    bert_ln: bool,
+    loss: LossKind,
+    train: [bool; N_SLOTS],
+}
+
+/// Activations and gradients of one chunk, sized for the longest document.
+/// Names follow TransformerLens hooks where they match.
+struct Work<T> {
+    hook_embed: Vec<T>,   // h0: [L, d]
+    emb_xhat: Vec<T>,     // [L, d]
+    emb_rstd: Vec<T>,     // [L]
+    hq: Vec<T>,           // h0 at the query rows: [S, d]
+    hook_q: Vec<T>,       // [S, d]
+    hook_k: Vec<T>,       // [L, d]
+    hook_v: Vec<T>,       // [L, d]
+    hook_pattern: Vec<T>, // [S, L]
+    hook_z: Vec<T>,       // a: [S, d]
+    resid: Vec<T>,        // [S, d] before the final norm
+    ln_xhat: Vec<T>,
+    ln_rstd: Vec<T>,
+    y: Vec<T>,      // [S, d]
+    logits: Vec<T>, // [S, V]
+    d_logits: Vec<T>,
+    d_y: Vec<T>,
+    d_resid: Vec<T>,
+    d_pattern: Vec<T>,
+    d_q: Vec<T>,
+    d_k: Vec<T>,
+    d_v: Vec<T>,
+    d_h0: Vec<T>,
+    d_hq: Vec<T>,
+    hbar: Vec<T>, // [d]
+    qpos: Vec<usize>,
+    grads: [Vec<T>; N_SLOTS],
+    loss: f64,
+}
+
+/// The model: its parameters (frozen ones included, not visited), the plan and
+/// one workspace per chunk.
+pub struct TopicMlm<T: Float> {
+    pub cfg: TopicMlmConfig,
+    pub p: [Param<T>; N_SLOTS],
+    plan: Plan,
+    work: Vec<Work<T>>,
+}
+
+impl<T: Float> TopicMlm<T> {
+    /// Builds the model for `d_vocab` tokens and documents up to `max_len` tokens;
+    /// `topic_of_token` (specials `usize::MAX`) fixes the frozen block value matrix.
+    pub fn new(
+        cfg: &TopicMlmConfig,
+        d_vocab: usize,
+        topic_of_token: &[usize],
+        max_len: usize,
+        seed: u64,
+    ) -> Result<Self, String> {
+        let v = d_vocab;
+        let d = if cfg.d_model == 0 { v } else { cfg.d_model };
+        let onehot_e = cfg.embedding == EmbedKind::OneHot;
+        if (onehot_e || cfg.decoder == DecoderKind::Identity || cfg.value == ValueKind::Blocks)
+            && d != v
+        {
+            return Err(format!(
+                "model.d_model = {d}: one-hot embeddings, the identity decoder and block values need d_model = d_vocab = {v}"
+            ));
+        }
+        if cfg.decoder == DecoderKind::Tied && onehot_e {
+            return Err("model.decoder = \"tied\" needs model.embedding = \"trained\"".into());
+        }
+        if cfg.init == InitKind::NearZero && !(cfg.init_noise >= 0.0 && cfg.init_noise.is_finite())
+        {
+            return Err("model.init_noise must be a finite number >= 0".into());
+        }
+        let mut rng = stream(seed, Stream::Init);
+        let nz = cfg.init == InitKind::NearZero;
+        let mut lin = |n: usize, fan_in: usize, near_zero: bool| -> Vec<T> {
+            let b = 1.0 / (fan_in as f64).sqrt();
+            (0..n)
+                .map(|_| {
+                    let u: f64 = rng.random();
+                    T::of(if near_zero {
+                        cfg.init_noise * u
+                    } else {
+                        (2.0 * u - 1.0) * b
+                    })
+                })
+                .collect()
+        };
+        let eye = |n: usize| -> Vec<T> {
+            (0..n * n)
+                .map(|i| if i / n == i % n { T::one() } else { T::zero() })
+                .collect()
+        };
+        let w_e = if onehot_e {
+            eye(v)
+        } else if nz {
+            lin(v * d, 1, true)
+        } else {
+            let mut r = stream(seed ^ 0xE, Stream::Init);
+            (0..v * d)
+                .map(|_| T::of(StandardNormal.sample(&mut r)))
+                .collect()
+        };
+        let token_type: Vec<T> = {
+            let mut r = stream(seed ^ 0x7, Stream::Init);
+            (0..d)
+                .map(|_| T::of(StandardNormal.sample(&mut r)))
+                .collect()
+        };
+        let attn_trained = cfg.attention == AttnKind::Trained;
+        let (w_q, b_q) = if attn_trained {
+            (
+                lin(d * d, d, nz),
+                if nz {
+                    vec![T::zero(); d]
+                } else {
+                    lin(d, d, false)
+                },
+            )
+        } else {
+            (vec![T::zero(); d * d], vec![T::zero(); d])
+        };
+        let (w_k, b_k) = if attn_trained {
+            (
+                lin(d * d, d, nz),
+                if nz {
+                    vec![T::zero(); d]
+                } else {
+                    lin(d, d, false)
+                },
+            )
+        } else {
+            (vec![T::zero(); d * d], vec![T::zero(); d])
+        };
+        let (w_v, b_v) = match cfg.value {
+            ValueKind::Trained => (
+                lin(d * d, d, nz),
+                if nz {
+                    vec![T::zero(); d]
+                } else {
+                    lin(d, d, false)
+                },
+            ),
+            ValueKind::Identity => (eye(d), vec![T::zero(); d]),
+            ValueKind::Blocks => {
+                let blocks = (0..d * d)
+                    .map(|ij| {
+                        let (a, b) = (topic_of_token[ij / d], topic_of_token[ij % d]);
+                        if a != usize::MAX && a == b {
+                            T::one()
+                        } else {
+                            T::zero()
+                        }
+                    })
+                    .collect();
+                (blocks, vec![T::zero(); d])
+            }
+        };
+        let (w_u, b_u) = match cfg.decoder {
+            DecoderKind::Trained => (lin(d * v, d, false), vec![T::zero(); v]),
+            _ => (
+                if d == v {
+                    eye(d)
+                } else {
+                    vec![T::zero(); d * v]
+                },
+                vec![T::zero(); v],
+            ),
+        };
+        let p = [
+            param("embed.W_E", "embed", &[v, d], w_e),
+            param("embed.token_type", "embed_ln", &[d], token_type),
+            param("embed.ln.w", "embed_ln", &[d], vec![T::one(); d]),
+            param("embed.ln.b", "embed_ln", &[d], vec![T::zero(); d]),
+            param("blocks.0.attn.W_Q", "attn_qk", &[d, d], w_q),
+            param("blocks.0.attn.b_Q", "attn_qk", &[d], b_q),
+            param("blocks.0.attn.W_K", "attn_qk", &[d, d], w_k),
+            param("blocks.0.attn.b_K", "attn_qk", &[d], b_k),
+            param("blocks.0.attn.W_V", "attn_v", &[d, d], w_v),
+            param("blocks.0.attn.b_V", "attn_v", &[d], b_v),
+            param("blocks.0.ln.w", "ln", &[d], vec![T::one(); d]),
+            param("blocks.0.ln.b", "ln", &[d], vec![T::zero(); d]),
+            param("unembed.W_U", "unembed", &[d, v], w_u),
+            param("unembed.b_U", "unembed", &[v], b_u),
+        ];
+        let mut train = [false; N_SLOTS];
+        train[W_E] = !onehot_e;
+        for s in [TOKEN_TYPE, EMB_LN_W, EMB_LN_B] {
+            train[s] = cfg.bert_embedding_ln;
+        }
+        for s in [W_Q, B_Q, W_K, B_K] {
+            train[s] = attn_trained;
+        }
+        train[W_V] = cfg.value == ValueKind::Trained;
+        train[B_V] = train[W_V];
+        train[LN_W] = cfg.layer_norm;
+        train[LN_B] = cfg.layer_norm;
+        train[W_U] = cfg.decoder == DecoderKind::Trained;
+        train[B_U] = train[W_U];
+        let onehot = onehot_e && !cfg.bert_embedding_ln;
+        let plan = Plan {
+            d,
+            v,
+            onehot,
+            need_dh0: train[W_E] || cfg.bert_embedding_ln,
+            uniform: !attn_trained,
+            shared: !attn_trained && !cfg.residual,
+            cfg_value: cfg.value,
+            decoder: cfg.decoder,
+            residual: cfg.residual,
+            layer_norm: cfg.layer_norm,
+            bert_ln: cfg.bert_embedding_ln,
+            loss: cfg.loss,
+            train,
+        };
+        let l = max_len.max(1);
+        let work = (0..N_CHUNKS)
+            .map(|_| {
+                let z = |n: usize| vec![T::zero(); n];
+                Work {
+                    hook_embed: z(l * d),
+                    emb_xhat: z(l * d),
+                    emb_rstd: z(l),
+                    hq: z(l * d),
+                    hook_q: z(l * d),
+                    hook_k: z(l * d),
+                    hook_v: z(l * d),
+                    hook_pattern: z(l * l),
+                    hook_z: z(l * d),
+                    resid: z(l * d),
+                    ln_xhat: z(l * d),
+                    ln_rstd: z(l),
+                    y: z(l * d),
+                    logits: z(l * v),
+                    d_logits: z(l * v),
+                    d_y: z(l * d),
+                    d_resid: z(l * d),
+                    d_pattern: z(l * l),
+                    d_q: z(l * d),
+                    d_k: z(l * d),
+                    d_v: z(l * d),
+                    d_h0: z(l * d),
+                    d_hq: z(l * d),
+                    hbar: z(d),
+                    qpos: Vec::with_capacity(l),
+                    grads: std::array::from_fn(|s| {
+                        if train[s] {
+                            z(p[s].numel())
+                        } else {
+                            Vec::new()
+                        }
+                    }),
+                    loss: 0.0,
+                }
+            })
+            .collect();
+        Ok(TopicMlm {
+            cfg: cfg.clone(),
+            p,
+            plan,
+            work,
+        })
+    }
+
+    pub fn d_model(&self) -> usize {
+        self.plan.d
+    }
+    pub fn d_vocab(&self) -> usize {
+        self.plan.v
+    }
+    /// Whether slot `s` is a trained parameter.
+    pub fn trains(&self, s: usize) -> bool {
+        self.plan.train[s]
+    }
+
+    /// Forward and backward over documents `docs` of `set`: accumulates the
+    /// gradients of the mean loss over all labelled positions and returns that loss.
+    pub fn forward_backward(&mut self, set: &MlmSet, docs: &[u32]) -> T {
+        T::of(self.run(set, docs, true))
+    }
+
+    /// The mean loss over the labelled positions of `docs`, without gradients.
+    pub fn loss(&mut self, set: &MlmSet, docs: &[u32]) -> f64 {
+        self.run(set, docs, false)
+    }
+
+    fn run(&mut self, set: &MlmSet, docs: &[u32], backward: bool) -> f64 {
+        let n_lab = set.n_labels(docs);
+        if n_lab == 0 {
+            return 0.0;
+        }
+        let inv_n = T::of(1.0 / n_lab as f64);
+        let TopicMlm { p, plan, work, .. } = self;
+        let (p, plan) = (&*p, *plan);
+        let n = docs.len();
+        work.par_iter_mut().enumerate().for_each(|(c, w)| {
+            w.loss = 0.0;
+            if backward {
+                w.grads
+                    .iter_mut()
+                    .for_each(|g| g.iter_mut().for_each(|x| *x = T::zero()));
+            }
+            for &doc in &docs[c * n / N_CHUNKS..(c + 1) * n / N_CHUNKS] {
+                let r = set.range(doc as usize);
+                w.loss += doc_step(
+                    p,
+                    &plan,
+                    w,
+                    &set.input[r.clone()],
+                    &set.hidden[r.clone()],
+                    &set.label[r],
+                    inv_n,
+                    backward,
+                );
+            }
+        });
+        if backward {
+            for s in 0..N_SLOTS {
+                if plan.train[s] {
+                    let g = self.p[s].grad_mut();
+                    for w in work.iter() {
+                        g.iter_mut().zip(&w.grads[s]).for_each(|(a, b)| *a += *b);
+                    }
+                }
+            }
+        }
+        work.iter().map(|w| w.loss).sum()
+    }
+
+    /// `h0` of every token id alone: `[d_vocab, d_model]` (the effective embeddings).
+    pub fn token_embeddings(&self) -> Vec<f64> {
+        let (v, d) = (self.plan.v, self.plan.d);
+        let mut w = make_probe_work::<T>(v, d);
+        let ids: Vec<u32> = (0..v as u32).collect();
+        embed(&self.p, &self.plan, &mut w, &ids);
+        w.hook_embed[..v * d].iter().map(|x| x.as_f64()).collect()
+    }
+
+    /// The attention pattern `[L, L]` of one document, every position a query
+    /// (hidden keys get 0).
+    pub fn attention_pattern(&self, ids: &[u32], hidden: &[bool]) -> Vec<f64> {
+        let (l, d) = (ids.len(), self.plan.d);
+        let mut w = make_probe_work::<T>(l, d);
+        embed(&self.p, &self.plan, &mut w, ids);
+        let n_vis = hidden.iter().filter(|h| !**h).count().max(1);
+        if self.plan.uniform {
+            let u = 1.0 / n_vis as f64;
+            return (0..l * l)
+                .map(|ij| if hidden[ij % l] { 0.0 } else { u })
+                .collect();
+        }
+        w.qpos = (0..l).collect();
+        project(
+            &mut w.hook_q,
+            &w.hook_embed,
+            ids,
+            None,
+            &self.plan,
+            &self.p[W_Q],
+            &self.p[B_Q],
+        );
+        project(
+            &mut w.hook_k,
+            &w.hook_embed,
+            ids,
+            None,
+            &self.plan,
+            &self.p[W_K],
+            &self.p[B_K],
+        );
+        scores(&mut w.hook_pattern, &w.hook_q, &w.hook_k, hidden, l, l, d);
+        w.hook_pattern[..l * l].iter().map(|x| x.as_f64()).collect()
+    }
+}
+
+fn make_probe_work<T: Float>(l: usize, d: usize) -> Work<T> {
+    let z = |n: usize| vec![T::zero(); n];
+    Work {
+        hook_embed: z(l * d),
+        emb_xhat: z(l * d),
+        emb_rstd: z(l),
+        hq: Vec::new(),
+        hook_q: z(l * d),
+        hook_k: z(l * d),
+        hook_v: Vec::new(),
+        hook_pattern: z(l * l),
+        hook_z: Vec::new(),
+        resid: Vec::new(),
+        ln_xhat: Vec::new(),
+        ln_rstd: Vec::new(),
+        y: Vec::new(),
+        logits: Vec::new(),
+        d_logits: Vec::new(),
+        d_y: Vec::new(),
+        d_resid: Vec::new(),
+        d_pattern: Vec::new(),
+        d_q: Vec::new(),
+        d_k: Vec::new(),
+        d_v: Vec::new(),
+        d_h0: Vec::new(),
+        d_hq: Vec::new(),
+        hbar: Vec::new(),
+        qpos: Vec::new(),
+        grads: std::array::from_fn(|_| Vec::new()),
+        loss: 0.0,
+    }
+}
+
+impl<T: Float> Parameters<T> for TopicMlm<T> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        for s in 0..N_SLOTS {
+            if self.plan.train[s] {
+                f(&self.p[s]);
+            }
+        }
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        for s in 0..N_SLOTS {
+            if self.plan.train[s] {
+                f(&mut self.p[s]);
+            }
+        }
+    }
+}
+
+/// `h0: [L, d]` for `ids` (explicit; the one-hot path never calls this in training).
+fn embed<T: Float>(p: &[Param<T>], plan: &Plan, w: &mut Work<T>, ids: &[u32]) {
+    let d = plan.d;
+    let e = p[W_E].value();
+    for (j, &id) in ids.iter().enumerate() {
+        let row = &mut w.hook_embed[j * d..(j + 1) * d];
+        row.copy_from_slice(&e[id as usize * d..(id as usize + 1) * d]);
+        if plan.bert_ln {
+            row.iter_mut()
+                .zip(p[TOKEN_TYPE].value())
+                .for_each(|(a, b)| *a += *b);
+            let rstd = layer_norm_row(
+                row,
+                &mut w.emb_xhat[j * d..(j + 1) * d],
+                p[EMB_LN_W].value(),
+                p[EMB_LN_B].value(),
+            );
+            w.emb_rstd[j] = rstd;
+        }
+    }
+}
+
+/// `row ← LN(row) · g + b`, keeping `x̂`; returns `1/σ`.
+fn layer_norm_row<T: Float>(row: &mut [T], xhat: &mut [T], g: &[T], b: &[T]) -> T {
+    let n = T::of_usize(row.len());
+    let mean = row.iter().copied().sum::<T>() / n;
+    let var = row.iter().map(|x| (*x - mean) * (*x - mean)).sum::<T>() / n;
+    let rstd = T::one() / (var + T::of(LN_EPS)).sqrt();
+    for i in 0..row.len() {
+        xhat[i] = (row[i] - mean) * rstd;
+        row[i] = xhat[i] * g[i] + b[i];
+    }
+    rstd
+}
+
+/// Backward of [`layer_norm_row`]: `dx` from `dy`; accumulates `dg`, `db` when given.
+fn layer_norm_back<T: Float>(
+    dx: &mut [T],
+    dy: &[T],
+    xhat: &[T],
+    rstd: T,
+    g: &[T],
+    dgb: Option<(&mut [T], &mut [T])>,
+) {
+    let n = T::of_usize(dy.len());
+    if let Some((dg, db)) = dgb {
+        for i in 0..dy.len() {
+            dg[i] += dy[i] * xhat[i];
+            db[i] += dy[i];
+        }
+    }
+    let (mut m1, mut m2) = (T::zero(), T::zero());
+    for i in 0..dy.len() {
+        let dxh = dy[i] * g[i];
+        m1 += dxh;
+        m2 += dxh * xhat[i];
+    }
+    m1 = m1 / n;
+    m2 = m2 / n;
+    for i in 0..dy.len() {
+        dx[i] = rstd * (dy[i] * g[i] - m1 - xhat[i] * m2);
+    }
+}
+
+/// `out[r] = h[rows[r]] · W + b` (rows: `qpos`, or all when `None`). One-hot `h`
+/// turns the product into a gather of `W`'s rows.
+fn project<T: Float>(
+    out: &mut [T],
+    h0: &[T],
+    ids: &[u32],
+    rows: Option<&[usize]>,
+    plan: &Plan,
+    w: &Param<T>,
+    b: &Param<T>,
+) {
+    let d = plan.d;
+    let n = rows.map_or(ids.len(), |r| r.len());
+    let row_of = |r: usize| rows.map_or(r, |q| q[r]);
+    let (wv, bv) = (w.value(), b.value());
+    if plan.onehot {
+        for r in 0..n {
+            let id = ids[row_of(r)] as usize;
+            out[r * d..(r + 1) * d].copy_from_slice(&wv[id * d..(id + 1) * d]);
+        }
+    } else {
+        // h0 rows are contiguous when rows is None; callers gather query rows into
+        // `hq` first and pass it with rows = None.
+        matmul(
+            &mut out[..n * d],
+            &h0[..n * d],
+            Op::N,
+            wv,
+            Op::N,
+            n,
+            d,
+            d,
+            false,
+        );
+    }
+    for r in 0..n {
+        out[r * d..(r + 1) * d]
+            .iter_mut()
+            .zip(bv)
+            .for_each(|(o, b)| *o += *b);
+    }
+}
+
+/// `dW += hᵀ · dout`, `db += Σ dout` (one-hot: scatter rows).
+fn project_back<T: Float>(
+    g: &mut [Vec<T>; N_SLOTS],
+    sw: usize,
+    sb: usize,
+    h: &[T],
+    ids: &[u32],
+    rows: Option<&[usize]>,
+    plan: &Plan,
+    dout: &[T],
+    n: usize,
+) {
+    let d = plan.d;
+    if plan.onehot {
+        for r in 0..n {
+            let id = ids[rows.map_or(r, |q| q[r])] as usize;
+            g[sw][id * d..(id + 1) * d]
+                .iter_mut()
+                .zip(&dout[r * d..(r + 1) * d])
+                .for_each(|(a, b)| *a += *b);
+        }
+    } else {
+        matmul(
+            &mut g[sw],
+            &h[..n * d],
+            Op::T,
+            &dout[..n * d],
+            Op::N,
+            d,
+            n,
+            d,
+            true,
+        );
+    }
+    for r in 0..n {
+        g[sb]
+            .iter_mut()
+            .zip(&dout[r * d..(r + 1) * d])
+            .for_each(|(a, b)| *a += *b);
+    }
+}
+
+/// `pattern[s, l] = softmax_l(q_s · k_l / √d)` over visible keys.
+fn scores<T: Float>(
+    pat: &mut [T],
+    q: &[T],
+    k: &[T],
+    hidden: &[bool],
+    s: usize,
+    l: usize,
+    d: usize,
+) {
+    matmul(
+        &mut pat[..s * l],
+        &q[..s * d],
+        Op::N,
+        &k[..l * d],
+        Op::T,
+        s,
+        d,
+        l,
+        false,
+    );
+    let c = T::one() / T::of_usize(d).sqrt();
+    for row in pat[..s * l].chunks_mut(l) {
+        let mut m = T::neg_infinity();
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = *x * c;
+            if !hidden[j] && *x > m {
+                m = *x;
+            }
+        }
+        let mut z = T::zero();
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = if hidden[j] { T::zero() } else { (*x - m).exp() };
+            z += *x;
+        }
+        row.iter_mut().for_each(|x| *x = *x / z);
+    }
+}
+
+/// Adds `src` into rows `rows` of `dst`.
+fn add_rows<T: Float>(dst: &mut [T], src: &[T], rows: &[usize], d: usize) {
+    for (r, &j) in rows.iter().enumerate() {
+        dst[j * d..(j + 1) * d]
+            .iter_mut()
+            .zip(&src[r * d..(r + 1) * d])
+            .for_each(|(a, b)| *a += *b);
+    }
+}
+
+/// One document: forward, loss (already divided by the batch's label count) and,
+/// when `backward`, gradients into `w.grads`.
+#[allow(clippy::too_many_arguments)]
+fn doc_step<T: Float>(
+    p: &[Param<T>],
+    plan: &Plan,
+    w: &mut Work<T>,
+    ids: &[u32],
+    hidden: &[bool],
+    labels: &[u32],
+    inv_n: T,
+    backward: bool,
+) -> f64 {
+    let (l, d, v) = (ids.len(), plan.d, plan.v);
+    w.qpos.clear();
+    w.qpos.extend((0..l).filter(|&j| labels[j] != NO_LABEL));
+    let s = w.qpos.len();
+    if s == 0 {
+        return 0.0;
+    }
+    let n_vis = hidden.iter().filter(|h| !**h).count().max(1);
+    let inv_vis = T::of(1.0 / n_vis as f64);
+    if !plan.onehot {
+        embed(p, plan, w, ids);
+    }
+    let rows = if plan.shared { 1 } else { s };
+    let value_frozen_identity = plan.cfg_value == ValueKind::Identity;
+    // --- attention: hook_z = a [rows, d] ---
+    if plan.uniform {
+        // a = mean over visible keys of (h0 W_V + b_V) = h̄ W_V + b_V.
+        w.hbar.iter_mut().for_each(|x| *x = T::zero());
+        for j in (0..l).filter(|&j| !hidden[j]) {
+            if plan.onehot {
+                w.hbar[ids[j] as usize] += inv_vis;
+            } else {
+                w.hbar
+                    .iter_mut()
+                    .zip(&w.hook_embed[j * d..(j + 1) * d])
+                    .for_each(|(a, b)| *a += *b * inv_vis);
+            }
+        }
+        if value_frozen_identity {
+            w.hook_z[..d].copy_from_slice(&w.hbar);
+        } else {
+            matmul(
+                &mut w.hook_z[..d],
+                &w.hbar,
+                Op::N,
+                p[W_V].value(),
+                Op::N,
+                1,
+                d,
+                d,
+                false,
+            );
+            w.hook_z[..d]
+                .iter_mut()
+                .zip(p[B_V].value())
+                .for_each(|(a, b)| *a += *b);
+        }
+        for r in 1..rows {
+            w.hook_z.copy_within(0..d, r * d);
+        }
+    } else {
+        if value_frozen_identity && plan.onehot {
+            w.hook_v[..l * d].iter_mut().for_each(|x| *x = T::zero());
+            for j in 0..l {
+                w.hook_v[j * d + ids[j] as usize] = T::one();
+            }
+        } else if value_frozen_identity {
+            w.hook_v[..l * d].copy_from_slice(&w.hook_embed[..l * d]);
+        } else {
+            project(
+                &mut w.hook_v,
+                &w.hook_embed,
+                ids,
+                None,
+                plan,
+                &p[W_V],
+                &p[B_V],
+            );
+        }
+        project(
+            &mut w.hook_k,
+            &w.hook_embed,
+            ids,
+            None,
+            plan,
+            &p[W_K],
+            &p[B_K],
+        );
+        if plan.onehot {
+            project(
+                &mut w.hook_q,
+                &w.hook_embed,
+                ids,
+                Some(&w.qpos),
+                plan,
+                &p[W_Q],
+                &p[B_Q],
+            );
+        } else {
+            for (r, &j) in w.qpos.iter().enumerate() {
+                w.hq[r * d..(r + 1) * d].copy_from_slice(&w.hook_embed[j * d..(j + 1) * d]);
+            }
+            project(&mut w.hook_q, &w.hq, ids, None, plan, &p[W_Q], &p[B_Q]);
+        }
+        scores(&mut w.hook_pattern, &w.hook_q, &w.hook_k, hidden, s, l, d);
+        matmul(
+            &mut w.hook_z[..s * d],
+            &w.hook_pattern[..s * l],
+            Op::N,
+            &w.hook_v[..l * d],
+            Op::N,
+            s,
+            l,
+            d,
+            false,
+        );
+    }
+    // --- residual, norm ---
+    w.resid[..rows * d].copy_from_slice(&w.hook_z[..rows * d]);
+    if plan.residual {
+        for (r, &j) in w.qpos.iter().enumerate() {
+            if plan.onehot {
+                w.resid[r * d + ids[j] as usize] += T::one();
+            } else {
+                w.resid[r * d..(r + 1) * d]
+                    .iter_mut()
+                    .zip(&w.hook_embed[j * d..(j + 1) * d])
+                    .for_each(|(a, b)| *a += *b);
+            }
+        }
+    }
+    w.y[..rows * d].copy_from_slice(&w.resid[..rows * d]);
+    if plan.layer_norm {
+        for r in 0..rows {
+            w.ln_rstd[r] = layer_norm_row(
+                &mut w.y[r * d..(r + 1) * d],
+                &mut w.ln_xhat[r * d..(r + 1) * d],
+                p[LN_W].value(),
+                p[LN_B].value(),
+            );
+        }
+    }
+    // --- decoder ---
+    match plan.decoder {
+        DecoderKind::Identity => w.logits[..rows * v].copy_from_slice(&w.y[..rows * d]),
+        DecoderKind::Tied => matmul(
+            &mut w.logits[..rows * v],
+            &w.y[..rows * d],
+            Op::N,
+            p[W_E].value(),
+            Op::T,
+            rows,
+            d,
+            v,
+            false,
+        ),
+        DecoderKind::Trained => {
+            matmul(
+                &mut w.logits[..rows * v],
+                &w.y[..rows * d],
+                Op::N,
+                p[W_U].value(),
+                Op::N,
+                rows,
+                d,
+                v,
+                false,
+            );
+            for r in 0..rows {
+                w.logits[r * v..(r + 1) * v]
+                    .iter_mut()
+                    .zip(p[B_U].value())
+                    .for_each(|(a, b)| *a += *b);
+            }
+        }
+    }
+    // --- loss ---
+    let mut loss = 0.0;
+    w.d_logits[..rows * v]
+        .iter_mut()
+        .for_each(|x| *x = T::zero());
+    match plan.loss {
+        LossKind::CrossEntropy => {
+            for r in 0..rows {
+                let row = &w.logits[r * v..(r + 1) * v];
+                let m = row.iter().copied().fold(T::neg_infinity(), T::max);
+                let z: T = row.iter().map(|x| (*x - m).exp()).sum();
+                let lse = m + z.ln();
+                let cnt = if plan.shared { s } else { 1 };
+                let dl = &mut w.d_logits[r * v..(r + 1) * v];
+                for (g, x) in dl.iter_mut().zip(row) {
+                    *g = (*x - lse).exp() * T::of_usize(cnt) * inv_n;
+                }
+            }
+            for (k, &j) in w.qpos.iter().enumerate() {
+                let r = if plan.shared { 0 } else { k };
+                let lab = labels[j] as usize;
+                let row = &w.logits[r * v..(r + 1) * v];
+                let m = row.iter().copied().fold(T::neg_infinity(), T::max);
+                let lse = m + row.iter().map(|x| (*x - m).exp()).sum::<T>().ln();
+                loss += (lse - row[lab]).as_f64() * inv_n.as_f64();
+                w.d_logits[r * v + lab] -= inv_n;
+            }
+        }
+        LossKind::Mse => {
+            let c = inv_n / T::of_usize(v);
+            for (k, &j) in w.qpos.iter().enumerate() {
+                let r = if plan.shared { 0 } else { k };
+                let lab = labels[j] as usize;
+                for i in 0..v {
+                    let t = if i == lab { T::one() } else { T::zero() };
+                    let diff = w.logits[r * v + i] - t;
+                    loss += (diff * diff * c).as_f64();
+                    w.d_logits[r * v + i] += T::of(2.0) * diff * c;
+                }
+            }
+        }
+    }
+    if !backward {
+        return loss;
+    }
+    let g = &mut w.grads;
+    // --- decoder backward: d_y [rows, d] ---
+    match plan.decoder {
+        DecoderKind::Identity => w.d_y[..rows * d].copy_from_slice(&w.d_logits[..rows * v]),
+        DecoderKind::Tied => {
+            matmul(
+                &mut w.d_y[..rows * d],
+                &w.d_logits[..rows * v],
+                Op::N,
+                p[W_E].value(),
+                Op::N,
+                rows,
+                v,
+                d,
+                false,
+            );
+            if plan.train[W_E] {
+                matmul(
+                    &mut g[W_E],
+                    &w.d_logits[..rows * v],
+                    Op::T,
+                    &w.y[..rows * d],
+                    Op::N,
+                    v,
+                    rows,
+                    d,
+                    true,
+                );
+            }
+        }
+        DecoderKind::Trained => {
+            matmul(
+                &mut w.d_y[..rows * d],
+                &w.d_logits[..rows * v],
+                Op::N,
+                p[W_U].value(),
+                Op::T,
+                rows,
+                v,
+                d,
+                false,
+            );
+            matmul(
+                &mut g[W_U],
+                &w.y[..rows * d],
+                Op::T,
+                &w.d_logits[..rows * v],
+                Op::N,
+                d,
+                rows,
+                v,
+                true,
+            );
+            for r in 0..rows {
+                g[B_U]
+                    .iter_mut()
+                    .zip(&w.d_logits[r * v..(r + 1) * v])
+                    .for_each(|(a, b)| *a += *b);
+            }
+        }
+    }
+    if plan.layer_norm {
+        for r in 0..rows {
+            let (gw, gb) = g.split_at_mut(LN_B);
+            layer_norm_back(
+                &mut w.d_resid[r * d..(r + 1) * d],
+                &w.d_y[r * d..(r + 1) * d],
+                &w.ln_xhat[r * d..(r + 1) * d],
+                w.ln_rstd[r],
+                p[LN_W].value(),
+                Some((&mut gw[LN_W], &mut gb[0])),
+            );
+        }
+    } else {
+        w.d_resid[..rows * d].copy_from_slice(&w.d_y[..rows * d]);
+    }
+    if plan.need_dh0 {
+        w.d_h0[..l * d].iter_mut().for_each(|x| *x = T::zero());
+        if plan.residual {
+            add_rows(&mut w.d_h0, &w.d_resid, &w.qpos, d);
+        }
+    }
+    // --- attention backward: d_resid is d(hook_z) ---
+    if plan.uniform {
+        // dA = Σ_rows da; dW_V += h̄ᵀ dA; dh̄ = W_V dA; dh0_j = dh̄ / n_vis on visible j.
+        let da = &mut w.d_v[..d];
+        da.copy_from_slice(&w.d_resid[..d]);
+        for r in 1..rows {
+            da.iter_mut()
+                .zip(&w.d_resid[r * d..(r + 1) * d])
+                .for_each(|(a, b)| *a += *b);
+        }
+        if plan.train[W_V] {
+            matmul(&mut g[W_V], &w.hbar, Op::T, da, Op::N, d, 1, d, true);
+            g[B_V].iter_mut().zip(da.iter()).for_each(|(a, b)| *a += *b);
+        }
+        if plan.need_dh0 {
+            let dhbar = &mut w.d_k[..d];
+            if value_frozen_identity {
+                dhbar.copy_from_slice(da);
+            } else {
+                matmul(dhbar, da, Op::N, p[W_V].value(), Op::T, 1, d, d, false);
+            }
+            for j in (0..l).filter(|&j| !hidden[j]) {
+                w.d_h0[j * d..(j + 1) * d]
+                    .iter_mut()
+                    .zip(dhbar.iter())
+                    .for_each(|(a, b)| *a += *b * inv_vis);
+            }
+        }
+    } else {
+        // dP = da vᵀ; dv = Pᵀ da; dz = P ⊙ (dP − rowdot) / √d; dq = dz k; dk = dzᵀ q.
+        let c = T::one() / T::of_usize(d).sqrt();
+        matmul(
+            &mut w.d_pattern[..s * l],
+            &w.d_resid[..s * d],
+            Op::N,
+            &w.hook_v[..l * d],
+            Op::T,
+            s,
+            d,
+            l,
+            false,
+        );
+        matmul(
+            &mut w.d_v[..l * d],
+            &w.hook_pattern[..s * l],
+            Op::T,
+            &w.d_resid[..s * d],
+            Op::N,
+            l,
+            s,
+            d,
+            false,
+        );
+        for r in 0..s {
+            let pr = &w.hook_pattern[r * l..(r + 1) * l];
+            let dp = &mut w.d_pattern[r * l..(r + 1) * l];
+            let dot: T = pr.iter().zip(dp.iter()).map(|(a, b)| *a * *b).sum();
+            dp.iter_mut()
+                .zip(pr)
+                .for_each(|(x, pp)| *x = *pp * (*x - dot) * c);
+        }
+        matmul(
+            &mut w.d_q[..s * d],
+            &w.d_pattern[..s * l],
+            Op::N,
+            &w.hook_k[..l * d],
+            Op::N,
+            s,
+            l,
+            d,
+            false,
+        );
+        matmul(
+            &mut w.d_k[..l * d],
+            &w.d_pattern[..s * l],
+            Op::T,
+            &w.hook_q[..s * d],
+            Op::N,
+            l,
+            s,
+            d,
+            false,
+        );
+        project_back(g, W_Q, B_Q, &w.hq, ids, Some(&w.qpos), plan, &w.d_q, s);
+        project_back(g, W_K, B_K, &w.hook_embed, ids, None, plan, &w.d_k, l);
+        if plan.train[W_V] {
+            project_back(g, W_V, B_V, &w.hook_embed, ids, None, plan, &w.d_v, l);
+        }
+        if plan.need_dh0 {
+            matmul(
+                &mut w.d_h0[..l * d],
+                &w.d_k[..l * d],
+                Op::N,
+                p[W_K].value(),
+                Op::T,
+                l,
+                d,
+                d,
+                true,
+            );
+            if value_frozen_identity {
+                w.d_h0[..l * d]
+                    .iter_mut()
+                    .zip(&w.d_v[..l * d])
+                    .for_each(|(a, b)| *a += *b);
+            } else {
+                matmul(
+                    &mut w.d_h0[..l * d],
+                    &w.d_v[..l * d],
+                    Op::N,
+                    p[W_V].value(),
+                    Op::T,
+                    l,
+                    d,
+                    d,
+                    true,
+                );
+            }
+            matmul(
+                &mut w.d_hq[..s * d],
+                &w.d_q[..s * d],
+                Op::N,
+                p[W_Q].value(),
+                Op::T,
+                s,
+                d,
+                d,
+                false,
+            );
+            add_rows(&mut w.d_h0, &w.d_hq, &w.qpos, d);
+        }
+    }
+    // --- embedding backward ---
+    if plan.need_dh0 {
+        for (j, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            if plan.bert_ln {
+                let (lo, hi) = g.split_at_mut(EMB_LN_W);
+                let (gw, gb) = hi.split_at_mut(1);
+                let du = &mut w.d_hq[..d];
+                layer_norm_back(
+                    du,
+                    &w.d_h0[j * d..(j + 1) * d],
+                    &w.emb_xhat[j * d..(j + 1) * d],
+                    w.emb_rstd[j],
+                    p[EMB_LN_W].value(),
+                    Some((&mut gw[0], &mut gb[0])),
+                );
+                lo[TOKEN_TYPE]
+                    .iter_mut()
+                    .zip(du.iter())
+                    .for_each(|(a, b)| *a += *b);
+                if plan.train[W_E] {
+                    lo[W_E][id * d..(id + 1) * d]
+                        .iter_mut()
+                        .zip(du.iter())
+                        .for_each(|(a, b)| *a += *b);
+                }
+            } else if plan.train[W_E] {
+                g[W_E][id * d..(id + 1) * d]
+                    .iter_mut()
+                    .zip(&w.d_h0[j * d..(j + 1) * d])
+                    .for_each(|(a, b)| *a += *b);
+            }
+        }
+    }
+    loss
+}
