@@ -21,7 +21,12 @@ macro_rules! preset {
 }
 
 /// Every preset, in `mechlab list` order.
-pub const PRESETS: &[Preset] = &[];
+pub const PRESETS: &[Preset] = &[
+    preset!("topic-value"),
+    preset!("topic-embedding"),
+    preset!("topic-attention"),
+    preset!("topic-two-stage"),
+];
 
 /// The preset called `name`.
 pub fn find(name: &str) -> Option<&'static Preset> {

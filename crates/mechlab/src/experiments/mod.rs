@@ -5,6 +5,9 @@
 //! probes, and writes figures, notes and a [`Summary`] with one verdict per claim.
 //! It registers here, and its presets in [`crate::config::presets`].
 
+pub mod topic;
+pub mod topic_report;
+
 use crate::config::ConfigError;
 use crate::run::checkpoint::CheckpointError;
 use crate::run::summary::Summary;
@@ -56,7 +59,7 @@ pub struct ReproduceItem {
 
 /// Every registered experiment.
 pub fn all() -> Vec<&'static dyn Experiment> {
-    vec![]
+    vec![&topic::TopicExperiment]
 }
 
 /// The experiment registered as `name`.

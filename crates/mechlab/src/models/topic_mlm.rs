@@ -194,7 +194,8 @@ struct Work<T> {
     d_v: Vec<T>,
     d_h0: Vec<T>,
     d_hq: Vec<T>,
-    hbar: Vec<T>, // [d]
+    hbar: Vec<T>,    // [d]
+    d_table: Vec<T>, // [V, d]: dh0 summed per token id
     qpos: Vec<usize>,
     grads: [Vec<T>; N_SLOTS],
     loss: f64,
@@ -207,6 +208,14 @@ pub struct TopicMlm<T: Float> {
     pub p: [Param<T>; N_SLOTS],
     plan: Plan,
     work: Vec<Work<T>>,
+    /// `h0` depends on the token id only (no positions): computed once per step
+    /// for the whole vocabulary `[V, d]`, gathered per document, and its
+    /// gradient `d_table` summed per id before one backward through the embedding.
+    table: Vec<T>,
+    tab_xhat: Vec<T>,
+    tab_rstd: Vec<T>,
+    d_table: Vec<T>,
+    du: Vec<T>,
 }
 
 impl<T: Float> TopicMlm<T> {
@@ -384,8 +393,8 @@ impl<T: Float> TopicMlm<T> {
                 let z = |n: usize| vec![T::zero(); n];
                 Work {
                     hook_embed: z(l * d),
-                    emb_xhat: z(l * d),
-                    emb_rstd: z(l),
+                    emb_xhat: Vec::new(),
+                    emb_rstd: Vec::new(),
                     hq: z(l * d),
                     hook_q: z(l * d),
                     hook_k: z(l * d),
@@ -407,6 +416,7 @@ impl<T: Float> TopicMlm<T> {
                     d_h0: z(l * d),
                     d_hq: z(l * d),
                     hbar: z(d),
+                    d_table: if plan.need_dh0 { z(v * d) } else { Vec::new() },
                     qpos: Vec::with_capacity(l),
                     grads: std::array::from_fn(|s| {
                         if train[s] {
@@ -419,11 +429,17 @@ impl<T: Float> TopicMlm<T> {
                 }
             })
             .collect();
+        let tab = if plan.onehot { 0 } else { v * d };
         Ok(TopicMlm {
             cfg: cfg.clone(),
             p,
             plan,
             work,
+            table: vec![T::zero(); tab],
+            tab_xhat: vec![T::zero(); tab],
+            tab_rstd: vec![T::zero(); if plan.onehot { 0 } else { v }],
+            d_table: vec![T::zero(); tab],
+            du: vec![T::zero(); d],
         })
     }
 
@@ -455,8 +471,22 @@ impl<T: Float> TopicMlm<T> {
             return 0.0;
         }
         let inv_n = T::of(1.0 / n_lab as f64);
-        let TopicMlm { p, plan, work, .. } = self;
-        let (p, plan) = (&*p, *plan);
+        let TopicMlm {
+            p,
+            plan,
+            work,
+            table,
+            tab_xhat,
+            tab_rstd,
+            d_table,
+            du,
+            ..
+        } = self;
+        if !plan.onehot {
+            let ids: Vec<u32> = (0..plan.v as u32).collect();
+            embed(p, plan, &ids, table, tab_xhat, tab_rstd);
+        }
+        let (p, plan, table) = (&*p, *plan, &*table);
         let n = docs.len();
         work.par_iter_mut().enumerate().for_each(|(c, w)| {
             w.loss = 0.0;
@@ -464,12 +494,14 @@ impl<T: Float> TopicMlm<T> {
                 w.grads
                     .iter_mut()
                     .for_each(|g| g.iter_mut().for_each(|x| *x = T::zero()));
+                w.d_table.iter_mut().for_each(|x| *x = T::zero());
             }
             for &doc in &docs[c * n / N_CHUNKS..(c + 1) * n / N_CHUNKS] {
                 let r = set.range(doc as usize);
                 w.loss += doc_step(
                     p,
                     &plan,
+                    table,
                     w,
                     &set.input[r.clone()],
                     &set.hidden[r.clone()],
@@ -488,6 +520,16 @@ impl<T: Float> TopicMlm<T> {
                     }
                 }
             }
+            if plan.need_dh0 {
+                d_table.iter_mut().for_each(|x| *x = T::zero());
+                for w in work.iter() {
+                    d_table
+                        .iter_mut()
+                        .zip(&w.d_table)
+                        .for_each(|(a, b)| *a += *b);
+                }
+                embed_back(&mut self.p, &plan, d_table, tab_xhat, tab_rstd, du);
+            }
         }
         work.iter().map(|w| w.loss).sum()
     }
@@ -497,7 +539,14 @@ impl<T: Float> TopicMlm<T> {
         let (v, d) = (self.plan.v, self.plan.d);
         let mut w = make_probe_work::<T>(v, d);
         let ids: Vec<u32> = (0..v as u32).collect();
-        embed(&self.p, &self.plan, &mut w, &ids);
+        embed(
+            &self.p,
+            &self.plan,
+            &ids,
+            &mut w.hook_embed,
+            &mut w.emb_xhat,
+            &mut w.emb_rstd,
+        );
         w.hook_embed[..v * d].iter().map(|x| x.as_f64()).collect()
     }
 
@@ -506,7 +555,14 @@ impl<T: Float> TopicMlm<T> {
     pub fn attention_pattern(&self, ids: &[u32], hidden: &[bool]) -> Vec<f64> {
         let (l, d) = (ids.len(), self.plan.d);
         let mut w = make_probe_work::<T>(l, d);
-        embed(&self.p, &self.plan, &mut w, ids);
+        embed(
+            &self.p,
+            &self.plan,
+            ids,
+            &mut w.hook_embed,
+            &mut w.emb_xhat,
+            &mut w.emb_rstd,
+        );
         let n_vis = hidden.iter().filter(|h| !**h).count().max(1);
         if self.plan.uniform {
             let u = 1.0 / n_vis as f64;
@@ -565,6 +621,7 @@ fn make_probe_work<T: Float>(l: usize, d: usize) -> Work<T> {
         d_h0: Vec::new(),
         d_hq: Vec::new(),
         hbar: Vec::new(),
+        d_table: Vec::new(),
         qpos: Vec::new(),
         grads: std::array::from_fn(|_| Vec::new()),
         loss: 0.0,
@@ -588,24 +645,71 @@ impl<T: Float> Parameters<T> for TopicMlm<T> {
     }
 }
 
-/// `h0: [L, d]` for `ids` (explicit; the one-hot path never calls this in training).
-fn embed<T: Float>(p: &[Param<T>], plan: &Plan, w: &mut Work<T>, ids: &[u32]) {
+/// `h0: [n, d]` for `ids`, keeping the layer norm's `x̂` and `1/σ`.
+fn embed<T: Float>(
+    p: &[Param<T>],
+    plan: &Plan,
+    ids: &[u32],
+    h0: &mut [T],
+    xhat: &mut [T],
+    rstd: &mut [T],
+) {
     let d = plan.d;
     let e = p[W_E].value();
     for (j, &id) in ids.iter().enumerate() {
-        let row = &mut w.hook_embed[j * d..(j + 1) * d];
+        let row = &mut h0[j * d..(j + 1) * d];
         row.copy_from_slice(&e[id as usize * d..(id as usize + 1) * d]);
         if plan.bert_ln {
             row.iter_mut()
                 .zip(p[TOKEN_TYPE].value())
                 .for_each(|(a, b)| *a += *b);
-            let rstd = layer_norm_row(
+            rstd[j] = layer_norm_row(
                 row,
-                &mut w.emb_xhat[j * d..(j + 1) * d],
+                &mut xhat[j * d..(j + 1) * d],
                 p[EMB_LN_W].value(),
                 p[EMB_LN_B].value(),
             );
-            w.emb_rstd[j] = rstd;
+        }
+    }
+}
+
+/// Backward of [`embed`] over the whole vocabulary, from `dh0` per token id.
+fn embed_back<T: Float>(
+    p: &mut [Param<T>; N_SLOTS],
+    plan: &Plan,
+    d_table: &[T],
+    xhat: &[T],
+    rstd: &[T],
+    du: &mut [T],
+) {
+    let d = plan.d;
+    for id in 0..plan.v {
+        let dh = &d_table[id * d..(id + 1) * d];
+        if plan.bert_ln {
+            let (lo, hi) = p.split_at_mut(EMB_LN_W);
+            let (pw, pb) = hi.split_at_mut(1);
+            let (g, gw) = pw[0].value_and_grad_mut();
+            layer_norm_back(
+                du,
+                dh,
+                &xhat[id * d..(id + 1) * d],
+                rstd[id],
+                g,
+                Some((gw, pb[0].grad_mut())),
+            );
+            lo[TOKEN_TYPE]
+                .grad_mut()
+                .iter_mut()
+                .zip(du.iter())
+                .for_each(|(a, b)| *a += *b);
+        } else {
+            du.copy_from_slice(dh);
+        }
+        if plan.train[W_E] {
+            p[W_E].grad_mut()[id * d..(id + 1) * d]
+                .iter_mut()
+                .zip(du.iter())
+                .for_each(|(a, b)| *a += *b);
         }
     }
 }
@@ -645,8 +749,8 @@ fn layer_norm_back<T: Float>(
         m1 += dxh;
         m2 += dxh * xhat[i];
     }
-    m1 = m1 / n;
-    m2 = m2 / n;
+    m1 /= n;
+    m2 /= n;
     for i in 0..dy.len() {
         dx[i] = rstd * (dy[i] * g[i] - m1 - xhat[i] * m2);
     }
@@ -696,6 +800,7 @@ fn project<T: Float>(
 }
 
 /// `dW += hᵀ · dout`, `db += Σ dout` (one-hot: scatter rows).
+#[allow(clippy::too_many_arguments)]
 fn project_back<T: Float>(
     g: &mut [Vec<T>; N_SLOTS],
     sw: usize,
@@ -762,7 +867,7 @@ fn scores<T: Float>(
     for row in pat[..s * l].chunks_mut(l) {
         let mut m = T::neg_infinity();
         for (j, x) in row.iter_mut().enumerate() {
-            *x = *x * c;
+            *x *= c;
             if !hidden[j] && *x > m {
                 m = *x;
             }
@@ -772,7 +877,7 @@ fn scores<T: Float>(
             *x = if hidden[j] { T::zero() } else { (*x - m).exp() };
             z += *x;
         }
-        row.iter_mut().for_each(|x| *x = *x / z);
+        row.iter_mut().for_each(|x| *x /= z);
     }
 }
 
@@ -792,6 +897,7 @@ fn add_rows<T: Float>(dst: &mut [T], src: &[T], rows: &[usize], d: usize) {
 fn doc_step<T: Float>(
     p: &[Param<T>],
     plan: &Plan,
+    table: &[T],
     w: &mut Work<T>,
     ids: &[u32],
     hidden: &[bool],
@@ -809,7 +915,10 @@ fn doc_step<T: Float>(
     let n_vis = hidden.iter().filter(|h| !**h).count().max(1);
     let inv_vis = T::of(1.0 / n_vis as f64);
     if !plan.onehot {
-        embed(p, plan, w, ids);
+        for (j, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            w.hook_embed[j * d..(j + 1) * d].copy_from_slice(&table[id * d..(id + 1) * d]);
+        }
     }
     let rows = if plan.shared { 1 } else { s };
     let value_frozen_identity = plan.cfg_value == ValueKind::Identity;
@@ -852,8 +961,8 @@ fn doc_step<T: Float>(
     } else {
         if value_frozen_identity && plan.onehot {
             w.hook_v[..l * d].iter_mut().for_each(|x| *x = T::zero());
-            for j in 0..l {
-                w.hook_v[j * d + ids[j] as usize] = T::one();
+            for (j, &id) in ids.iter().enumerate() {
+                w.hook_v[j * d + id as usize] = T::one();
             }
         } else if value_frozen_identity {
             w.hook_v[..l * d].copy_from_slice(&w.hook_embed[..l * d]);
@@ -1224,38 +1333,14 @@ fn doc_step<T: Float>(
             add_rows(&mut w.d_h0, &w.d_hq, &w.qpos, d);
         }
     }
-    // --- embedding backward ---
+    // --- embedding: dh0 summed per token id (backward through it once per step) ---
     if plan.need_dh0 {
         for (j, &id) in ids.iter().enumerate() {
             let id = id as usize;
-            if plan.bert_ln {
-                let (lo, hi) = g.split_at_mut(EMB_LN_W);
-                let (gw, gb) = hi.split_at_mut(1);
-                let du = &mut w.d_hq[..d];
-                layer_norm_back(
-                    du,
-                    &w.d_h0[j * d..(j + 1) * d],
-                    &w.emb_xhat[j * d..(j + 1) * d],
-                    w.emb_rstd[j],
-                    p[EMB_LN_W].value(),
-                    Some((&mut gw[0], &mut gb[0])),
-                );
-                lo[TOKEN_TYPE]
-                    .iter_mut()
-                    .zip(du.iter())
-                    .for_each(|(a, b)| *a += *b);
-                if plan.train[W_E] {
-                    lo[W_E][id * d..(id + 1) * d]
-                        .iter_mut()
-                        .zip(du.iter())
-                        .for_each(|(a, b)| *a += *b);
-                }
-            } else if plan.train[W_E] {
-                g[W_E][id * d..(id + 1) * d]
-                    .iter_mut()
-                    .zip(&w.d_h0[j * d..(j + 1) * d])
-                    .for_each(|(a, b)| *a += *b);
-            }
+            w.d_table[id * d..(id + 1) * d]
+                .iter_mut()
+                .zip(&w.d_h0[j * d..(j + 1) * d])
+                .for_each(|(a, b)| *a += *b);
         }
     }
     loss
