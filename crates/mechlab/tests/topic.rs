@@ -179,3 +179,140 @@ fn uniform_shortcut_matches_the_general_path() {
         }
     }
 }
+
+// ---------------------------------------------------------------- mechanism tests
+
+use mechlab::run::summary::Summary;
+use mechlab::run::RunCtx;
+use std::path::Path;
+
+fn table(preset: &str, overrides: &[&str]) -> toml::Table {
+    let exp = mechlab::experiments::find("topic").unwrap();
+    let p = mechlab::config::presets::find(preset).unwrap();
+    let mut t = exp.default_config();
+    mechlab::config::overlay(
+        &mut t,
+        &mechlab::config::parse(p.text, preset).unwrap(),
+        preset,
+    )
+    .unwrap();
+    // Shortened: fewer documents, a few hundred steps, probes on 60 dev documents.
+    for o in [
+        "data.n_train=1200",
+        "data.n_dev=300",
+        "data.n_test=100",
+        "probe.docs=60",
+        "run.probe_every=100",
+    ]
+    .iter()
+    .chain(overrides)
+    {
+        mechlab::config::apply_override(&mut t, o).unwrap();
+    }
+    exp.validate(&t, preset).unwrap();
+    t
+}
+
+fn run(dir: &Path, t: toml::Table) -> Summary {
+    let exp = mechlab::experiments::find("topic").unwrap();
+    let mut ctx = RunCtx::create(dir, t, "test", true).unwrap();
+    let s = exp.run(&mut ctx).unwrap();
+    ctx.finish(&s).unwrap();
+    s
+}
+
+fn m(s: &Summary, k: &str) -> f64 {
+    s.metrics[k]
+}
+
+#[test]
+fn value_matrix_learns_topic_blocks_and_not_without_topic_structure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = run(
+        &tmp.path().join("v"),
+        table("topic-value", &["train.steps=300"]),
+    );
+    let (g, c) = (m(&s, "value_gap"), m(&s, "value_gap_control"));
+    assert!(g > 0.0 && c.abs() < 0.2 * g, "gap {g}, control {c}");
+    assert!(m(&s, "dev_loss_best") < m(&s, "dev_loss_first_eval"));
+    // Broken on purpose: α = 1000 makes every document an even mix of all topics,
+    // so co-occurrence carries no topic information and no block forms.
+    let b = run(
+        &tmp.path().join("b"),
+        table("topic-value", &["train.steps=300", "data.alpha=1000.0"]),
+    );
+    let gb = m(&b, "value_gap");
+    assert!(gb.abs() < 0.1 * g, "no-topic gap {gb} vs {g}");
+}
+
+#[test]
+fn embeddings_learn_topic_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = run(
+        &tmp.path().join("e"),
+        table("topic-embedding", &["train.steps=800"]),
+    );
+    let (g, c) = (m(&s, "embedding_gap"), m(&s, "embedding_gap_control"));
+    assert!(g > 0.0 && c.abs() < 0.2 * g, "gap {g}, control {c}");
+}
+
+#[test]
+fn attention_prefers_same_topic_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = run(
+        &tmp.path().join("a"),
+        table("topic-attention", &["train.steps=300"]),
+    );
+    let (g, c) = (m(&s, "attention_gap"), m(&s, "attention_gap_control"));
+    assert!(g > 0.0 && c.abs() < 0.2 * g, "gap {g}, control {c}");
+    assert!(m(&s, "attention_same_mass") > m(&s, "attention_same_mass_uniform") + 0.05);
+    assert!(m(&s, "attention_entropy") < m(&s, "attention_entropy_uniform"));
+}
+
+/// Interrupt mid-epoch with fresh masks and early stopping on, resume: the run
+/// ends bit-identical to one that never stopped.
+#[test]
+fn resume_is_bit_identical_with_fresh_masks_and_early_stopping() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = [
+        "train.steps=150",
+        "data.fresh_masks=true",
+        "mlm.eval_every=20",
+        "mlm.patience=2",
+        "run.checkpoint_every=20",
+    ];
+    let full = run(&tmp.path().join("full"), table("topic-value", &o));
+    let exp = mechlab::experiments::find("topic").unwrap();
+    let dir = tmp.path().join("cut");
+    let mut ctx = RunCtx::create(&dir, table("topic-value", &o), "test", true).unwrap();
+    ctx.stop_at = Some(47);
+    assert!(exp.run(&mut ctx).is_err());
+    let (mut ctx, step) = RunCtx::resume(&dir, true).unwrap();
+    assert_eq!(step, 47);
+    let s = exp.run(&mut ctx).unwrap();
+    assert_eq!(s.metrics, full.metrics);
+    let read = |d: &Path| std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
+    assert_eq!(read(&dir), read(&tmp.path().join("full")));
+}
+
+#[test]
+fn bad_settings_are_typed_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = mechlab::experiments::find("topic").unwrap();
+    for bad in [
+        &["data.alpha=-1.0"][..],
+        &["model.d_model=50"],
+        &["model.dtype=\"f16\""],
+        &["data.min_len=0"],
+    ] {
+        let mut ctx = RunCtx::create(
+            &tmp.path().join(bad[0].replace(['=', '"', '.'], "_")),
+            table("topic-value", bad),
+            "test",
+            true,
+        )
+        .unwrap();
+        let e = exp.run(&mut ctx).unwrap_err().to_string();
+        assert!(e.contains("data.") || e.contains("model."), "{e}");
+    }
+}
