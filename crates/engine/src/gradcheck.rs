@@ -25,6 +25,8 @@
 //! assert!(r.max_rel_err > 1e-3 && r.worst_index == 1);
 //! ```
 
+use crate::Parameters;
+
 /// Step for [`check`] that suits losses of order one in `f64`.
 pub const DEFAULT_H: f64 = 1e-4;
 
@@ -136,6 +138,71 @@ pub fn compare(analytic: &[f64], numeric: &[f64]) -> GradCheck {
     out
 }
 
+/// Checks every parameter of a model, one [`GradCheck`] per parameter in visit order.
+///
+/// `loss(model)` computes the loss at the model's current values. `grads(model)`
+/// runs forward and backward so that the parameters' gradient buffers hold the
+/// analytic gradient (they are zeroed before it is called). Each parameter is
+/// then perturbed in place and restored; the model's values are unchanged after.
+///
+/// ```
+/// use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
+/// use mechlab_engine::{param, Param, Parameters};
+/// struct Quad { w: Param<f64> }
+/// impl Parameters<f64> for Quad {
+///     fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) { f(&self.w) }
+///     fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) { f(&mut self.w) }
+/// }
+/// let mut m = Quad { w: param("w", "all", &[2], vec![1.0, -2.0]) };
+/// // L = Σ w², dL/dw = 2w
+/// let loss = |m: &Quad| m.w.value().iter().map(|v| v * v).sum::<f64>();
+/// let grads = |m: &mut Quad| {
+///     let (v, g) = m.w.value_and_grad_mut();
+///     g.iter_mut().zip(v.iter()).for_each(|(g, v)| *g += 2.0 * v);
+/// };
+/// for (name, r) in check_params(&mut m, loss, grads, DEFAULT_H) {
+///     r.assert_below(1e-6, &name);
+/// }
+/// ```
+pub fn check_params<M, L, G>(
+    model: &mut M,
+    mut loss: L,
+    mut grads: G,
+    h: f64,
+) -> Vec<(String, GradCheck)>
+where
+    M: Parameters<f64>,
+    L: FnMut(&M) -> f64,
+    G: FnMut(&mut M),
+{
+    model.zero_grad();
+    grads(model);
+    let mut analytic: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    model.visit(&mut |p| {
+        analytic.push((p.name().to_string(), p.value().to_vec(), p.grad().to_vec()))
+    });
+    let set = |model: &mut M, k: usize, x: &[f64]| {
+        let mut idx = 0;
+        model.visit_mut(&mut |p| {
+            if idx == k {
+                p.value_mut().copy_from_slice(x);
+            }
+            idx += 1;
+        });
+    };
+    let mut out = Vec::with_capacity(analytic.len());
+    for (k, (name, x0, a)) in analytic.into_iter().enumerate() {
+        let mut f = |x: &[f64]| {
+            set(model, k, x);
+            loss(model)
+        };
+        let r = check(&mut f, &x0, &a, h);
+        set(model, k, &x0);
+        out.push((name, r));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +272,59 @@ mod tests {
             check(&mut c, &[1.0, 2.0], &[0.0, 0.0], DEFAULT_H).max_rel_err,
             0.0
         );
+    }
+
+    #[test]
+    fn check_params_reports_each_parameter_and_restores_values() {
+        use crate::layers::linear;
+        use crate::{param, Param};
+        struct Lin {
+            w: Param<f64>,
+            b: Param<f64>,
+        }
+        impl Parameters<f64> for Lin {
+            fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) {
+                f(&self.w);
+                f(&self.b);
+            }
+            fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) {
+                f(&mut self.w);
+                f(&mut self.b);
+            }
+        }
+        let x = [0.5, -1.0, 2.0, 0.25, 1.5, -0.75]; // [N=2, in=3]
+        let w0: Vec<f64> = (0..6).map(|i| (i as f64 * 0.9).sin()).collect();
+        let mut m = Lin {
+            w: param("w", "g", &[2, 3], w0.clone()),
+            b: param("b", "g", &[2], vec![0.1, -0.2]),
+        };
+        // L = Σ y², dy = 2y
+        let fwd = |m: &Lin| {
+            let mut y = [0.0; 4];
+            linear::forward(&mut y, &x, m.w.value(), Some(m.b.value()), 2, 3, 2);
+            y
+        };
+        let loss = |m: &Lin| fwd(m).iter().map(|v| v * v).sum::<f64>();
+        let grads = |bug: f64| {
+            move |m: &mut Lin| {
+                let dy = fwd(m).map(|v| 2.0 * v);
+                let w = m.w.value().to_vec();
+                let mut db = [0.0; 2];
+                linear::backward(None, m.w.grad_mut(), Some(&mut db), &dy, &x, &w, 2, 3, 2);
+                m.b.grad_mut()
+                    .iter_mut()
+                    .zip(db)
+                    .for_each(|(g, d)| *g += d * bug);
+            }
+        };
+        let ok = check_params(&mut m, loss, grads(1.0), DEFAULT_H);
+        assert_eq!(
+            ok.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["w", "b"]
+        );
+        ok.iter().for_each(|(n, r)| r.assert_below(1e-9, n));
+        assert_eq!(m.w.value(), &w0[..]);
+        let bad = check_params(&mut m, loss, grads(1.001), DEFAULT_H);
+        assert!(bad[0].1.max_rel_err < 1e-9 && bad[1].1.max_rel_err > 1e-4);
     }
 }

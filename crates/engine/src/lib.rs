@@ -13,11 +13,53 @@
 //! let p = param::<f32>("embed.W_E", "embed", &[4, 2], vec![0.0; 8]);
 //! assert_eq!(p.shape(), &[4, 2]);
 //! ```
+//!
+//! # Layers
+//!
+//! [`layers`] holds one concept per module, each a `forward` / `backward` pair
+//! generic over [`Float`] (free functions; methods on a small shape struct for
+//! attention and rpe):
+//!
+//! | module | computes |
+//! |---|---|
+//! | [`layers::embedding`] | table lookup `out[t] = table[ids[t]]` |
+//! | [`layers::linear`] | `y = x·Wᵀ + b`, `W` stored `[out, in]` |
+//! | [`layers::softmax`] | row softmax with keep-mask, empty rows → zeros |
+//! | [`layers::attention`] | multi-head attention, bias / masks / causal, saves the pattern |
+//! | [`layers::rpe`] | relative-position bias from a `[H, n_dist]` table, per-head windows |
+//! | [`layers::layernorm`] | layer norm over the last dim, saves mean / rstd |
+//! | [`layers::l2norm`] | `y = x / max(‖x‖, eps)` per row |
+//! | [`layers::polykernel`] | `Π_c ReLU(⟨zq^c, zk_t^c⟩)^δ_c` features, subset enumeration |
+//! | [`layers::loss`] | logistic, cross-entropies (logits, probabilities, probs-as-logits), MSE |
+//!
+//! Alongside: [`matmul`] (row-major `gemm`, including strided sub-matrices),
+//! [`gradcheck`] (finite-difference checks, also for model tests in other crates) and
+//! [`parallel`] (fixed-chunk rayon helpers whose results do not depend on the thread
+//! count).
+//!
+//! # Conventions
+//!
+//! * Every layer works on **one sequence**; models parallelise over the batch with
+//!   [`parallel`]. All tensors are caller-owned, row-major, flat slices, with shapes
+//!   given in `// x: [T, D]` comments on every forward and backward. Sizes are
+//!   checked with `assert!` (a wrong size is a programming error).
+//! * `forward` **overwrites** its outputs (and any saved statistics).
+//! * `backward` **accumulates** (`+=`) into every gradient it produces, parameter
+//!   and input gradients alike, so branches that share an input (a residual
+//!   stream feeding Q, K and V) just add up; zero the buffers once per step. Scratch
+//!   buffers passed to a backward are overwritten. Losses are the exception: they
+//!   start the backward pass and *write* their gradient.
+//! * Nothing in a forward or backward allocates; buffers a layer needs beyond its
+//!   inputs and outputs (saved statistics, scratch) are parameters.
+//! * Sequence tensors use TransformerLens layouts: activations `[T, D]`, per-head
+//!   activations `[T, H, d_head]`, attention patterns `[H, Tq, Tk]`.
+//!
 
 pub mod float;
 pub mod gradcheck;
 pub mod layers;
 pub mod matmul;
+pub mod parallel;
 pub mod param;
 
 #[cfg(test)]
