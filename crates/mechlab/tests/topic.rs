@@ -316,3 +316,46 @@ fn bad_settings_are_typed_errors() {
         assert!(e.contains("data.") || e.contains("model."), "{e}");
     }
 }
+
+/// The Wikipedia preset, shortened, on the shared vital-articles file: the
+/// embedding gap with our LDA's topics is positive and the shuffle's is not;
+/// a truncated copy of the file is a data error naming it.
+#[test]
+fn wikipedia_embeddings_group_lda_topics_and_broken_files_are_named() {
+    let file = mechlab_corpora::wikipedia::data_root().join("wikipedia/vital_articles_en.json");
+    if !file.exists() {
+        eprintln!("skipped: {} not found", file.display());
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let o = [
+        "train.steps=300",
+        "train.lr=0.01",
+        "wiki.n_words=600",
+        "wiki.lda_iterations=30",
+        "wiki.lda_burn_in=15",
+        "probe.docs=30",
+        "wiki.n_dev=300",
+    ];
+    let s = run(&tmp.path().join("w"), table("topic-wikipedia", &o));
+    let (g, c) = (
+        m(&s, "lda_embedding_gap"),
+        m(&s, "lda_embedding_gap_control"),
+    );
+    assert!(g > 0.0 && c.abs() < 0.2 * g, "gap {g}, control {c}");
+    assert!(m(&s, "lda_perplexity") < m(&s, "unigram_perplexity"));
+    let bytes = std::fs::read(&file).unwrap();
+    let cut = tmp.path().join("cut.json");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let f = format!("wiki.file=\"{}\"", cut.display());
+    let exp = mechlab::experiments::find("topic").unwrap();
+    let mut ctx = RunCtx::create(
+        &tmp.path().join("bad"),
+        table("topic-wikipedia", &[f.as_str()]),
+        "test",
+        true,
+    )
+    .unwrap();
+    let e = exp.run(&mut ctx).unwrap_err().to_string();
+    assert!(e.contains("cut.json"), "{e}");
+}

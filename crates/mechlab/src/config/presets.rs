@@ -26,6 +26,7 @@ pub const PRESETS: &[Preset] = &[
     preset!("topic-embedding"),
     preset!("topic-attention"),
     preset!("topic-two-stage"),
+    preset!("topic-wikipedia"),
 ];
 
 /// The preset called `name`.

@@ -2,3 +2,4 @@
 //! real-text corpora of [`mechlab_corpora`].
 
 pub mod lda;
+pub mod wiki;

@@ -7,6 +7,7 @@
 
 pub mod topic;
 pub mod topic_report;
+pub mod topic_wiki;
 
 use crate::config::ConfigError;
 use crate::run::checkpoint::CheckpointError;

@@ -12,6 +12,7 @@
 //! probes, the test loss and the verdicts use the best checkpoint.
 
 use super::topic_report::{report, FinalProbes};
+use super::topic_wiki::{run_wiki, WikiConfig};
 use super::{Experiment, ExperimentError, ReproduceItem};
 use crate::config::{self, ConfigError};
 use crate::data::lda::{bayes_bound, generate, mask_docs, LdaConfig, LdaModel, MlmSet};
@@ -89,6 +90,7 @@ pub struct TopicConfig {
     pub model: TopicMlmConfig,
     pub mlm: MlmLoop,
     pub probe: ProbeConfig,
+    pub wiki: WikiConfig,
 }
 
 impl Default for TopicConfig {
@@ -115,6 +117,7 @@ impl Default for TopicConfig {
             model: TopicMlmConfig::default(),
             mlm: MlmLoop::default(),
             probe: ProbeConfig::default(),
+            wiki: WikiConfig::default(),
         }
     }
 }
@@ -127,6 +130,7 @@ pub struct Early {
     pub since_best: u64,
     pub stop: bool,
     pub evals: u64,
+    pub last_eval: u64,
 }
 
 /// The model with its training stream and early-stopping state.
@@ -193,9 +197,18 @@ impl<T: Float> TopicRun<T> {
         self.epoch = Some(e);
     }
 
+    /// Whether the probe at state `s` evaluates the dev loss: after the first
+    /// update (the authors' "epoch 0"), at the first probe on or after each
+    /// multiple of `every`, and at the end.
+    pub fn eval_due(&self, s: u64, every: u64, total: u64) -> bool {
+        let every = every.max(1);
+        s == 1 || s == total || (s > 1 && s / every > self.early.last_eval / every)
+    }
+
     /// Records a dev loss at `step`; snapshots the parameters on a new best.
     pub fn observe(&mut self, step: u64, dev: f64) {
         self.early.evals += 1;
+        self.early.last_eval = step;
         if dev < self.early.best_loss {
             self.early.best_loss = dev;
             self.early.best_step = step;
@@ -454,7 +467,7 @@ fn run_typed<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, E
             &control,
         );
         log_probes(ctx, s, &p)?;
-        if s == 1 || (s > 0 && s.is_multiple_of(every)) || s == total {
+        if r.eval_due(s, every, total) {
             let dl = dev_loss(&mut r.model, &dev, batch);
             r.observe(s, dl);
             let epoch = s as f64 / r.spe as f64;
@@ -509,10 +522,12 @@ impl Experiment for TopicExperiment {
     fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
         let cfg: TopicConfig = ctx.typed()?;
         cfg.data.check().map_err(ExperimentError::Data)?;
-        match cfg.model.dtype.as_str() {
-            "f32" => run_typed::<f32>(ctx, &cfg),
-            "f64" => run_typed::<f64>(ctx, &cfg),
-            other => Err(ExperimentError::Data(format!(
+        match (cfg.model.dtype.as_str(), cfg.wiki.enabled) {
+            ("f32", false) => run_typed::<f32>(ctx, &cfg),
+            ("f64", false) => run_typed::<f64>(ctx, &cfg),
+            ("f32", true) => run_wiki::<f32>(ctx, &cfg),
+            ("f64", true) => run_wiki::<f64>(ctx, &cfg),
+            (other, _) => Err(ExperimentError::Data(format!(
                 "model.dtype = {other:?}: use \"f32\" or \"f64\""
             ))),
         }
