@@ -223,6 +223,16 @@ impl<T: Float> TopicRun<T> {
         }
     }
 
+    /// The current epoch's document order.
+    pub fn order(&self) -> &[u32] {
+        &self.order
+    }
+
+    /// The training documents (with the current masks).
+    pub fn train_set(&self) -> &MlmSet {
+        &self.train
+    }
+
     /// Puts the best parameters back (no-op before any evaluation).
     pub fn restore_best(&mut self) {
         if self.best.is_empty() {
@@ -412,7 +422,8 @@ fn log_probes(ctx: &mut RunCtx, step: u64, p: &Probes) -> Result<(), RunError> {
         })
 }
 
-fn make_set(lda: &LdaModel, cfg: &LdaConfig, n: usize, seed: u64, idx: u64) -> MlmSet {
+/// `n` documents from data sub-stream `idx`, masked from sub-stream `idx + 1`.
+pub fn make_set(lda: &LdaModel, cfg: &LdaConfig, n: usize, seed: u64, idx: u64) -> MlmSet {
     let mut set = generate(lda, cfg, n, &mut substream(seed, Stream::Data, idx)).to_mlm();
     mask_docs(
         &mut set,
