@@ -5,8 +5,8 @@
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release --example bench_topic -- OUT_DIR [preset ...]`
 
-use mechlab::experiments::topic::{make_set, TopicConfig, TopicRun};
 use mechlab::data::lda::{LdaModel, MlmSet};
+use mechlab::experiments::topic::{make_set, TopicConfig, TopicRun};
 use mechlab::models::topic_mlm::TopicMlm;
 use mechlab::run::RunCtx;
 use mechlab_engine::matmul::{matmul_par, Op};
@@ -20,9 +20,17 @@ fn table(preset: &str, extra: &[&str]) -> anyhow::Result<toml::Table> {
     let p = mechlab::config::presets::find(preset).unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(&mut t, &mechlab::config::parse(p.text, preset)?, preset)?;
-    for o in ["model.dtype=\"f32\"", "run.checkpoints=false", "run.checkpoint_log_until=0", "run.checkpoint_every=0", "run.probe_every=0", "mlm.patience=0", "data.fresh_masks=false"]
-        .iter()
-        .chain(extra)
+    for o in [
+        "model.dtype=\"f32\"",
+        "run.checkpoints=false",
+        "run.checkpoint_log_until=0",
+        "run.checkpoint_every=0",
+        "run.probe_every=0",
+        "mlm.patience=0",
+        "data.fresh_masks=false",
+    ]
+    .iter()
+    .chain(extra)
     {
         mechlab::config::apply_override(&mut t, o)?;
     }
@@ -33,13 +41,30 @@ fn build(cfg: &TopicConfig, seed: u64) -> anyhow::Result<(TopicRun<f32>, MlmSet)
     let lda = LdaModel::new(&cfg.data).map_err(anyhow::Error::msg)?;
     let train = make_set(&lda, &cfg.data, cfg.data.n_train, seed, 10);
     let topics = lda.topic_of_token();
-    let model = TopicMlm::<f32>::new(&cfg.model, lda.d_vocab(), &topics, train.max_len(), seed).map_err(anyhow::Error::msg)?;
+    let model = TopicMlm::<f32>::new(&cfg.model, lda.d_vocab(), &topics, train.max_len(), seed)
+        .map_err(anyhow::Error::msg)?;
     let copy = train.clone();
-    Ok((TopicRun::new(model, train, &cfg.data, lda.d_vocab(), cfg.mlm.batch_size, 0, seed), copy))
+    Ok((
+        TopicRun::new(
+            model,
+            train,
+            &cfg.data,
+            lda.d_vocab(),
+            cfg.mlm.batch_size,
+            0,
+            seed,
+        ),
+        copy,
+    ))
 }
 
 /// Trains `steps` updates through the generic loop; returns (seconds, logged losses).
-fn train(dir: &Path, t: toml::Table, steps: u64, log_every: u64) -> anyhow::Result<(f64, Vec<f64>, TopicRun<f32>)> {
+fn train(
+    dir: &Path,
+    t: toml::Table,
+    steps: u64,
+    log_every: u64,
+) -> anyhow::Result<(f64, Vec<f64>, TopicRun<f32>)> {
     let mut t = t;
     mechlab::config::apply_override(&mut t, &format!("train.steps={steps}"))?;
     mechlab::config::apply_override(&mut t, &format!("train.log_every={log_every}"))?;
@@ -52,7 +77,11 @@ fn train(dir: &Path, t: toml::Table, steps: u64, log_every: u64) -> anyhow::Resu
     mechlab::train::fit(&mut run, &cfg.train, &mut ctx, &mut probe)?;
     let secs = t0.elapsed().as_secs_f64();
     let rec = mechlab::run::metrics::read(ctx.metrics().path()).map_err(anyhow::Error::msg)?;
-    Ok((secs, mechlab::run::metrics::series(&rec, "train", "loss").1, run))
+    Ok((
+        secs,
+        mechlab::run::metrics::series(&rec, "train", "loss").1,
+        run,
+    ))
 }
 
 fn write_bin(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -85,7 +114,11 @@ fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
         let l = r.len() as f64;
         let s = set.label[r].iter().filter(|&&x| x != u32::MAX).count() as f64;
         let d = d as f64;
-        f += if trained_attn { 12.0 * s * l * d } else { 4.0 * d * d };
+        f += if trained_attn {
+            12.0 * s * l * d
+        } else {
+            4.0 * d * d
+        };
         if cfg.model.decoder != mechlab::models::topic_mlm::DecoderKind::Identity {
             f += 6.0 * s.min(if trained_attn { s } else { 1.0 }) * d * d;
         }
@@ -95,13 +128,31 @@ fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let out = Path::new(args.first().map(String::as_str).unwrap_or("/tmp/bench-topic")).to_path_buf();
-    let presets: Vec<String> = if args.len() > 1 { args[1..].to_vec() } else {
-        ["topic-value", "topic-embedding", "topic-attention", "topic-two-stage"].iter().map(|s| s.to_string()).collect()
+    let out = Path::new(
+        args.first()
+            .map(String::as_str)
+            .unwrap_or("/tmp/bench-topic"),
+    )
+    .to_path_buf();
+    let presets: Vec<String> = if args.len() > 1 {
+        args[1..].to_vec()
+    } else {
+        [
+            "topic-value",
+            "topic-embedding",
+            "topic-attention",
+            "topic-two-stage",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     std::fs::create_dir_all(&out)?;
     let peak = peak_gflops();
-    println!("threads {}, measured f32 matmul peak {peak:.1} GFLOP/s", rayon::current_num_threads());
+    println!(
+        "threads {}, measured f32 matmul peak {peak:.1} GFLOP/s",
+        rayon::current_num_threads()
+    );
     let mut summary = serde_json::Map::new();
     for preset in &presets {
         let dir = out.join(preset);
@@ -115,7 +166,8 @@ fn main() -> anyhow::Result<()> {
         let mut best = f64::INFINITY;
         let mut last = None;
         for rep in 0..2 {
-            let (secs, _, run) = train(&dir.join(format!("epoch{rep}")), t.clone(), spe, 1_000_000)?;
+            let (secs, _, run) =
+                train(&dir.join(format!("epoch{rep}")), t.clone(), spe, 1_000_000)?;
             best = best.min(secs);
             last = Some(run);
         }
@@ -125,15 +177,28 @@ fn main() -> anyhow::Result<()> {
         let u32s = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         write_bin(&dir.join("input.bin"), &u32s(&set.input))?;
         write_bin(&dir.join("label.bin"), &u32s(&set.label))?;
-        write_bin(&dir.join("hidden.bin"), &set.hidden.iter().map(|&h| h as u8).collect::<Vec<u8>>())?;
-        write_bin(&dir.join("offsets.bin"), &set.offsets.iter().flat_map(|x| (*x as u64).to_le_bytes()).collect::<Vec<u8>>())?;
+        write_bin(
+            &dir.join("hidden.bin"),
+            &set.hidden.iter().map(|&h| h as u8).collect::<Vec<u8>>(),
+        )?;
+        write_bin(
+            &dir.join("offsets.bin"),
+            &set.offsets
+                .iter()
+                .flat_map(|x| (*x as u64).to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )?;
         write_bin(&dir.join("order.bin"), &u32s(run.order()))?;
         let mut params = serde_json::Map::new();
         for p in init.model.p.iter() {
-            params.insert(p.name().to_string(), serde_json::json!({"shape": p.shape(), "value": p.value()}));
+            params.insert(
+                p.name().to_string(),
+                serde_json::json!({"shape": p.shape(), "value": p.value()}),
+            );
         }
         let mut trained = Vec::new();
-        init.model.visit(&mut |p| trained.push(p.name().to_string()));
+        init.model
+            .visit(&mut |p| trained.push(p.name().to_string()));
         let flops = our_flops(&cfg, &set, init.model.d_model());
         let meta = serde_json::json!({
             "preset": preset, "model": cfg.model, "lr": cfg.train.lr, "optimizer": cfg.train.optimizer,
@@ -143,9 +208,15 @@ fn main() -> anyhow::Result<()> {
         });
         std::fs::write(dir.join("meta.json"), serde_json::to_string(&meta)?)?;
         println!("{preset}: epoch {best:.3} s ({spe} steps), {:.2} GFLOP/s executed = {:.1}% of peak; first losses {losses:?}", flops / best / 1e9, 100.0 * flops / best / 1e9 / peak);
-        summary.insert(preset.clone(), serde_json::json!({"epoch_seconds": best, "gflops": flops / best / 1e9}));
+        summary.insert(
+            preset.clone(),
+            serde_json::json!({"epoch_seconds": best, "gflops": flops / best / 1e9}),
+        );
     }
     summary.insert("peak_gflops".into(), peak.into());
-    std::fs::write(out.join("mechlab.json"), serde_json::to_string_pretty(&summary)?)?;
+    std::fs::write(
+        out.join("mechlab.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
     Ok(())
 }

@@ -81,8 +81,7 @@ pub struct AttnStats {
     /// visible word key (keys holding the query's own word excluded), and the gap.
     pub pairs: Gap,
     /// Mean over queries of the attention mass on same-topic keys of other words,
-    /// and what uniform attention would give (their share of the visible keys
-    /// that do not hold the query's word).
+    /// and what uniform attention over the visible keys would put there.
     pub same_mass: f64,
     pub same_mass_uniform: f64,
     /// Mean entropy of a word query's attention row (nats), and the mean of
@@ -143,7 +142,6 @@ impl AttnAccum {
             let Some(ti) = word(i) else { continue };
             let row = &doc.pattern[i * l..(i + 1) * l];
             let (mut m, mut same_keys, mut e) = (0.0, 0usize, 0.0);
-            let mut other_keys_excluded = 0usize;
             let mut per_topic = vec![0.0; t];
             for (j, &p) in row.iter().enumerate() {
                 if p > 0.0 {
@@ -154,7 +152,6 @@ impl AttnAccum {
                 // Other occurrences of the query's own word are same-topic under
                 // any labelling (the shuffled control too): leave them out.
                 if doc.ids[j] == doc.ids[i] {
-                    other_keys_excluded += 1;
                     continue;
                 }
                 if tj == ti {
@@ -166,7 +163,7 @@ impl AttnAccum {
                 self.npair[k] += 1;
             }
             self.mass += m;
-            self.mass_u += same_keys as f64 / (n_vis - other_keys_excluded).max(1) as f64;
+            self.mass_u += same_keys as f64 / n_vis as f64;
             self.ent += e;
             self.ent_u += (n_vis as f64).ln();
             self.nq += 1;
