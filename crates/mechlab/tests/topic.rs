@@ -243,6 +243,21 @@ fn value_matrix_learns_topic_blocks_and_not_without_topic_structure() {
     );
     let gb = m(&b, "value_gap");
     assert!(gb.abs() < 0.1 * g, "no-topic gap {gb} vs {g}");
+    // Beyond the paper: overlapping supports and Zipf-shaped topics keep the blocks.
+    let o = [
+        "train.steps=300",
+        "data.overlap=3",
+        "data.word_dist=\"zipf\"",
+        "data.n_topics=6",
+        "data.alpha=0.2",
+    ];
+    let z = run(&tmp.path().join("z"), table("topic-value", &o));
+    let (gz, cz) = (m(&z, "value_gap"), m(&z, "value_gap_control"));
+    assert!(
+        gz > 0.0 && cz.abs() < 0.2 * gz,
+        "overlap/zipf gap {gz}, control {cz}"
+    );
+    assert!(m(&z, "bayes_bound") < m(&z, "dev_loss_best"));
 }
 
 #[test]

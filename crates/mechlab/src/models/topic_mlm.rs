@@ -220,6 +220,8 @@ pub struct TopicMlm<T: Float> {
     tab_rstd: Vec<T>,
     d_table: Vec<T>,
     du: Vec<T>,
+    /// `0..d_vocab`, the ids the table embeds.
+    vocab_ids: Vec<u32>,
 }
 
 impl<T: Float> TopicMlm<T> {
@@ -444,6 +446,7 @@ impl<T: Float> TopicMlm<T> {
             tab_rstd: vec![T::zero(); if plan.onehot { 0 } else { v }],
             d_table: vec![T::zero(); tab],
             du: vec![T::zero(); d],
+            vocab_ids: (0..v as u32).collect(),
         })
     }
 
@@ -484,11 +487,11 @@ impl<T: Float> TopicMlm<T> {
             tab_rstd,
             d_table,
             du,
+            vocab_ids,
             ..
         } = self;
         if !plan.onehot {
-            let ids: Vec<u32> = (0..plan.v as u32).collect();
-            embed(p, plan, &ids, table, tab_xhat, tab_rstd);
+            embed(p, plan, vocab_ids, table, tab_xhat, tab_rstd);
         }
         let (p, plan, table) = (&*p, *plan, &*table);
         let n = docs.len();
