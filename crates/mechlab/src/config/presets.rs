@@ -25,6 +25,11 @@ pub const PRESETS: &[Preset] = &[
     preset!("selection-synthetic"),
     preset!("selection-imdb"),
     preset!("selection-yelp"),
+    preset!("topic-value"),
+    preset!("topic-embedding"),
+    preset!("topic-attention"),
+    preset!("topic-two-stage"),
+    preset!("topic-wikipedia"),
 ];
 
 /// The preset called `name`.

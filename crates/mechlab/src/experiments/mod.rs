@@ -5,6 +5,10 @@
 //! probes, and writes figures, notes and a [`Summary`] with one verdict per claim.
 //! It registers here, and its presets in [`crate::config::presets`].
 
+pub mod topic;
+pub mod topic_report;
+pub mod topic_wiki;
+
 use crate::config::ConfigError;
 use crate::run::checkpoint::CheckpointError;
 use crate::run::summary::Summary;
@@ -58,7 +62,7 @@ pub struct ReproduceItem {
 
 /// Every registered experiment.
 pub fn all() -> Vec<&'static dyn Experiment> {
-    vec![&selection::Selection]
+    vec![&selection::Selection, &topic::TopicExperiment]
 }
 
 /// The experiment registered as `name`.

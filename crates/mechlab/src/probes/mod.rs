@@ -1,2 +1,3 @@
 //! Probes: measurements of a mechanism on a model and its data.
 pub mod selection;
+pub mod topic;

@@ -241,3 +241,50 @@ fn missing_checkpoint_is_a_clear_error() {
         "{msg}"
     );
 }
+
+/// A model that asks to stop once its loss drops below a threshold.
+struct Stopper(Regress, f64, bool);
+impl Parameters<f64> for Stopper {
+    fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) {
+        self.0.visit(f)
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) {
+        self.0.visit_mut(f)
+    }
+}
+impl Trainable<f64> for Stopper {
+    fn train_step(&mut self, step: u64) -> f64 {
+        let l = self.0.train_step(step);
+        self.2 = l < self.1;
+        l
+    }
+    fn stop_requested(&self) -> bool {
+        self.2
+    }
+}
+
+#[test]
+fn stop_requested_ends_training_early_with_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("stop");
+    let mut ctx = RunCtx::create(&dir, table(4), "test", true).unwrap();
+    let mut m = Stopper(model(4), 0.5, false);
+    let mut probe = |_: &mut Stopper, _: u64, _: &mut RunCtx| Ok(());
+    let f = fit(&mut m, &cfg(), &mut ctx, &mut probe).unwrap();
+    assert!(f.steps > 0 && f.steps < cfg().total_steps(), "{}", f.steps);
+    let last = crate::run::checkpoint::latest(&ctx.checkpoint_dir()).unwrap();
+    assert!(
+        last.display()
+            .to_string()
+            .contains(&format!("{:06}", f.steps)),
+        "{}",
+        last.display()
+    );
+    // Never asking to stop runs to the end.
+    let mut ctx = RunCtx::create(&tmp.path().join("full"), table(4), "test", true).unwrap();
+    let mut m = Stopper(model(4), -1.0, false);
+    assert_eq!(
+        fit(&mut m, &cfg(), &mut ctx, &mut probe).unwrap().steps,
+        cfg().total_steps()
+    );
+}

@@ -36,6 +36,14 @@ pub trait Trainable<T: Float>: Parameters<T> {
     /// model may skip the gradients of frozen groups.
     fn set_trainable(&mut self, _groups: &[String]) {}
 
+    /// Asked after the probe at every state: `true` ends training there (early
+    /// stopping decided by the probe, e.g. on a dev loss), with a checkpoint when
+    /// checkpoints are on. The model's [`Trainable::save_state`] must carry
+    /// whatever the decision depends on, so a resumed run stops at the same step.
+    fn stop_requested(&self) -> bool {
+        false
+    }
+
     /// Extra state a resume needs (a data stream's position, an epoch counter).
     fn save_state(&self) -> serde_json::Value {
         serde_json::Value::Null
@@ -71,6 +79,7 @@ pub enum TrainError {
 /// What a finished fit reports.
 #[derive(Clone, Debug)]
 pub struct Fitted {
+    /// The last state reached: the total, or where [`Trainable::stop_requested`] stopped.
     pub steps: u64,
     pub final_loss: f64,
 }
@@ -179,6 +188,12 @@ pub fn fit<T: Float, M: Trainable<T>>(
         if s >= total {
             break;
         }
+        if model.stop_requested() {
+            if ctx.run_config().checkpoints && saved_at != Some(s) {
+                save(model, &opt, ctx)?;
+            }
+            break;
+        }
         if INTERRUPTED.load(Ordering::SeqCst) || ctx.stop_at == Some(s) {
             let path = save(model, &opt, ctx)?;
             bar.abandon();
@@ -283,7 +298,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
     }
     bar.finish_and_clear();
     Ok(Fitted {
-        steps: total,
+        steps: s,
         final_loss: last_loss,
     })
 }

@@ -1,0 +1,390 @@
+//! Topic structure on real text: the topic experiment on Wikipedia articles.
+//!
+//! With `wiki.enabled`, [`super::topic`] reads articles from `wiki.file` (any
+//! format of [`mechlab_corpora::wikipedia`]), builds documents and a vocabulary
+//! ([`crate::data::wiki`]), fits a seeded collapsed-Gibbs LDA on the training
+//! articles' content words (its held-out perplexity by document completion is
+//! reported beside a unigram baseline), trains the same MLM transformer with the
+//! same loop, and measures the same-minus-different-topic gaps of the embeddings,
+//! the value vectors and the attention twice: with the LDA word topics and with
+//! gold topics from the articles' labels. A shuffled assignment is the control.
+
+use super::topic::{dev_loss, measure, Probes, TopicConfig, TopicRun};
+use super::ExperimentError;
+use crate::data::lda::mask_docs;
+use crate::data::wiki::{build, WikiCorpus};
+use crate::probes::topic::shuffled_topics;
+use crate::rng::{substream, Stream};
+use crate::run::metrics::{read, series};
+use crate::run::summary::Summary;
+use crate::run::{RunCtx, RunError};
+use crate::train::fit;
+use mechlab_corpora::lda::{fit as lda_fit, HeldOutConfig, LdaConfig as GibbsConfig};
+use mechlab_engine::Float;
+use mechlab_report::{Figure, Series};
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+/// The `[wiki]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WikiConfig {
+    /// Train on Wikipedia instead of synthetic LDA documents.
+    pub enabled: bool,
+    /// Relative to the shared data root (`$MECHLAB_DATA` or `../shared/data`), or absolute.
+    pub file: String,
+    pub n_words: usize,
+    pub min_count: u64,
+    /// Tokens per document, `START` included.
+    pub max_len: usize,
+    pub n_dev: usize,
+    /// Gold labels left out of the gold-topic probes.
+    pub exclude_topics: Vec<String>,
+    pub lda_topics: usize,
+    pub lda_iterations: usize,
+    pub lda_burn_in: usize,
+    pub lda_alpha: f64,
+    pub lda_beta: f64,
+    /// Content words seen fewer times get no topic in the probes.
+    pub topic_min_count: u64,
+}
+
+impl Default for WikiConfig {
+    fn default() -> Self {
+        WikiConfig {
+            enabled: false,
+            file: "wikipedia/vital_articles_en.json".into(),
+            n_words: 2000,
+            min_count: 3,
+            max_len: 128,
+            n_dev: 1000,
+            exclude_topics: vec!["Uncategorized".into()],
+            lda_topics: 12,
+            lda_iterations: 100,
+            lda_burn_in: 50,
+            lda_alpha: 0.1,
+            lda_beta: 0.01,
+            topic_min_count: 20,
+        }
+    }
+}
+
+fn data_err(e: impl std::fmt::Display) -> ExperimentError {
+    ExperimentError::Data(e.to_string())
+}
+
+fn log(ctx: &mut RunCtx, event: &str, step: u64, tag: &str, p: &Probes) -> Result<(), RunError> {
+    let k = |s: &str| format!("{tag}{s}");
+    let names = [
+        k("embedding_gap"),
+        k("embedding_gap_control"),
+        k("value_gap"),
+        k("value_gap_control"),
+        k("attention_gap"),
+        k("attention_gap_control"),
+        k("attention_same_mass"),
+        k("attention_same_mass_uniform"),
+        k("attention_entropy"),
+    ];
+    let vals = [
+        p.embedding.gap,
+        p.embedding_control.gap,
+        p.value.gap,
+        p.value_control.gap,
+        p.attention.pairs.gap,
+        p.attention_control.pairs.gap,
+        p.attention.same_mass,
+        p.attention.same_mass_uniform,
+        p.attention.entropy,
+    ];
+    let rec: Vec<(&str, f64)> = names.iter().map(String::as_str).zip(vals).collect();
+    ctx.metrics()
+        .log(event, step, &rec)
+        .map_err(|e| RunError::Io {
+            path: "metrics.jsonl".into(),
+            source: e,
+        })
+}
+
+/// Unigram perplexity of `docs` under the add-one unigram of `train`.
+fn unigram_perplexity(train: &[Vec<u32>], docs: &[Vec<u32>], v: usize) -> f64 {
+    let mut c = vec![1.0; v];
+    train.iter().flatten().for_each(|&w| c[w as usize] += 1.0);
+    let z: f64 = c.iter().sum();
+    // Score the second halves, as the LDA's document completion does.
+    let (mut ll, mut n) = (0.0, 0usize);
+    for d in docs.iter().filter(|d| d.len() >= 2) {
+        for &w in &d[d.len().div_ceil(2)..] {
+            ll += (c[w as usize] / z).ln();
+            n += 1;
+        }
+    }
+    (-ll / n.max(1) as f64).exp()
+}
+
+pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, ExperimentError> {
+    let w = &cfg.wiki;
+    let path = if std::path::Path::new(&w.file).is_absolute() {
+        std::path::PathBuf::from(&w.file)
+    } else {
+        mechlab_corpora::wikipedia::data_root().join(&w.file)
+    };
+    let articles = mechlab_corpora::wikipedia::load_articles(&path).map_err(data_err)?;
+    if articles.len() <= w.n_dev + 1 {
+        return Err(data_err(format!(
+            "{}: {} articles, need more than wiki.n_dev = {}",
+            path.display(),
+            articles.len(),
+            w.n_dev
+        )));
+    }
+    let corpus: WikiCorpus = build(
+        &articles,
+        w.n_words,
+        w.min_count,
+        w.max_len,
+        &w.exclude_topics,
+    );
+    let seed = ctx.seed();
+    let mut idx: Vec<usize> = (0..corpus.docs.len()).collect();
+    idx.shuffle(&mut substream(seed, Stream::Data, 20));
+    let (dev_idx, train_idx) = idx.split_at(w.n_dev);
+    let v = corpus.vocab.len();
+    let mut train = corpus.mlm_set(train_idx);
+    let mut dev = corpus.mlm_set(dev_idx);
+    mask_docs(
+        &mut train,
+        &cfg.data,
+        v,
+        &mut substream(seed, Stream::Data, 21),
+    );
+    mask_docs(
+        &mut dev,
+        &cfg.data,
+        v,
+        &mut substream(seed, Stream::Data, 22),
+    );
+
+    // --- our LDA on the training articles' content words ---
+    let t0 = std::time::Instant::now();
+    let (lda_docs, dense_to_vocab) = corpus.content_docs(train_idx);
+    let (held_docs, _) = corpus.content_docs(dev_idx);
+    let gibbs = GibbsConfig {
+        alpha: w.lda_alpha,
+        beta: w.lda_beta,
+        iterations: w.lda_iterations,
+        burn_in: w.lda_burn_in,
+        seed,
+        loglik_every: 10,
+        ..GibbsConfig::new(w.lda_topics)
+    };
+    let lda = lda_fit(&lda_docs, dense_to_vocab.len(), &gibbs)
+        .map_err(|e| data_err(format!("wiki LDA: {e}")))?;
+    let ppl = lda
+        .perplexity(
+            &held_docs,
+            &HeldOutConfig {
+                seed,
+                ..HeldOutConfig::default()
+            },
+        )
+        .map_err(|e| data_err(format!("wiki LDA perplexity: {e}")))?;
+    let uni = unigram_perplexity(&lda_docs, &held_docs, dense_to_vocab.len());
+    let lda_secs = t0.elapsed().as_secs_f64();
+    let mut lda_topics = vec![usize::MAX; v];
+    for (k, t) in lda.word_topics(w.topic_min_count).into_iter().enumerate() {
+        if let Some(t) = t {
+            lda_topics[dense_to_vocab[k]] = t;
+        }
+    }
+    let gold_topics = corpus.gold_word_topics(train_idx, w.topic_min_count);
+    let lda_control = shuffled_topics(&lda_topics, &mut substream(seed, Stream::Sample, 1));
+    let gold_control = shuffled_topics(&gold_topics, &mut substream(seed, Stream::Sample, 3));
+    let top: Vec<Vec<String>> = (0..w.lda_topics)
+        .map(|k| {
+            lda.top_words(k, 12)
+                .iter()
+                .map(|&d| corpus.vocab[dense_to_vocab[d as usize]].clone())
+                .collect()
+        })
+        .collect();
+    ctx.artifact("lda_topics.json", &serde_json::json!({ "perplexity": ppl.perplexity, "unigram_perplexity": uni, "top_words": top, "gold_topics": corpus.gold_names }))?;
+
+    // --- the MLM ---
+    let max_len = train.max_len().max(dev.max_len());
+    let model =
+        crate::models::topic_mlm::TopicMlm::<T>::new(&cfg.model, v, &lda_topics, max_len, seed)
+            .map_err(data_err)?;
+    let mut run = TopicRun::new(
+        model,
+        train,
+        &cfg.data,
+        v,
+        cfg.mlm.batch_size,
+        cfg.mlm.patience,
+        seed,
+    );
+    let every = if cfg.mlm.eval_every == 0 {
+        run.spe
+    } else {
+        cfg.mlm.eval_every
+    };
+    let total = cfg.train.total_steps();
+    let (nl, ng) = (w.lda_topics, corpus.gold_names.len().max(1));
+    let (batch, docs) = (cfg.mlm.batch_size, cfg.probe.docs);
+    let mut probe = |r: &mut TopicRun<T>, s: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
+        log(
+            ctx,
+            "probe",
+            s,
+            "lda_",
+            &measure(&r.model, &dev, docs, nl, &lda_topics, &lda_control),
+        )?;
+        log(
+            ctx,
+            "probe",
+            s,
+            "gold_",
+            &measure(&r.model, &dev, docs, ng, &gold_topics, &gold_control),
+        )?;
+        if r.eval_due(s, every, total) {
+            let dl = dev_loss(&mut r.model, &dev, batch);
+            r.observe(s, dl);
+            ctx.metrics()
+                .log(
+                    "dev",
+                    s,
+                    &[("dev_loss", dl), ("epoch", s as f64 / r.spe as f64)],
+                )
+                .map_err(|e| RunError::Io {
+                    path: "metrics.jsonl".into(),
+                    source: e,
+                })?;
+        }
+        Ok(())
+    };
+    let fitted = fit(&mut run, &cfg.train, ctx, &mut probe)?;
+    run.restore_best();
+    let pl = measure(&run.model, &dev, docs, nl, &lda_topics, &lda_control);
+    let pg = measure(&run.model, &dev, docs, ng, &gold_topics, &gold_control);
+
+    // --- summary ---
+    let mut s = Summary::new("topic", seed);
+    let n_lda = lda_topics.iter().filter(|t| **t != usize::MAX).count();
+    let n_gold = gold_topics.iter().filter(|t| **t != usize::MAX).count();
+    for (k, x) in [
+        ("articles", articles.len() as f64),
+        ("vocab", v as f64),
+        ("words_with_lda_topic", n_lda as f64),
+        ("words_with_gold_topic", n_gold as f64),
+        ("lda_perplexity", ppl.perplexity),
+        ("unigram_perplexity", uni),
+        ("lda_seconds", lda_secs),
+        ("dev_loss_best", run.early.best_loss),
+        ("stopped_step", fitted.steps as f64),
+        ("unigram_mlm_loss", (v as f64).ln()),
+    ] {
+        s.metric(k, x);
+    }
+    for (tag, p) in [("lda", &pl), ("gold", &pg)] {
+        for (k, x) in [
+            ("embedding_gap", p.embedding.gap),
+            ("embedding_gap_control", p.embedding_control.gap),
+            ("value_gap", p.value.gap),
+            ("value_gap_control", p.value_control.gap),
+            ("attention_same", p.attention.pairs.same),
+            ("attention_diff", p.attention.pairs.diff),
+            ("attention_gap", p.attention.pairs.gap),
+            ("attention_gap_control", p.attention_control.pairs.gap),
+            ("attention_same_mass", p.attention.same_mass),
+            ("attention_same_mass_uniform", p.attention.same_mass_uniform),
+        ] {
+            s.metric(&format!("{tag}_{k}"), x);
+        }
+        let cm = cfg.probe.control_max;
+        for (what, g, c) in [
+            ("embedding Gram", p.embedding.gap, p.embedding_control.gap),
+            (
+                "attention",
+                p.attention.pairs.gap,
+                p.attention_control.pairs.gap,
+            ),
+        ] {
+            s.verdict(
+                &format!("Wikipedia, {tag} topics: {what} same-topic > different-topic; shuffled topics show no gap"),
+                &format!("gap > 0 and |control| < {cm} · gap"),
+                format!("gap {g:.4}, control {c:.4}"),
+                g > 0.0 && c.abs() < cm * g,
+            );
+        }
+    }
+    s.verdict(
+        "our LDA explains held-out articles better than a unigram model",
+        "LDA perplexity < unigram perplexity (document completion, content words)",
+        format!("{:.0} vs {uni:.0}", ppl.perplexity),
+        ppl.perplexity < uni,
+    );
+    // --- figures ---
+    let records = read(ctx.metrics().path()).map_err(|e| data_err(format!("metrics: {e}")))?;
+    let (dx, dy) = series(&records, "dev", "dev_loss");
+    let (tx, ty) = series(&records, "train", "loss");
+    ctx.figure(
+        &Figure::lines("loss", "Wikipedia MLM loss", "step", "nats")
+            .with_series(Series::new("train", tx, ty))
+            .with_series(Series::new("dev", dx, dy))
+            .caption(
+                "Masked-LM loss on Wikipedia lead sections; probes use the best dev checkpoint.",
+            ),
+    )?;
+    let mut gaps = Figure::lines(
+        "gaps",
+        "Wikipedia: same-minus-different topic gaps",
+        "step",
+        "gap",
+    )
+    .log_x();
+    for key in [
+        "lda_embedding_gap",
+        "gold_embedding_gap",
+        "lda_attention_gap",
+        "gold_attention_gap",
+    ] {
+        let (x, y) = series(&records, "probe", key);
+        let (_, c) = series(&records, "probe", &format!("{key}_control"));
+        let scale = if key.contains("attention") {
+            1000.0
+        } else {
+            1.0
+        };
+        let name = if scale > 1.0 {
+            format!("{key} ×1000")
+        } else {
+            key.to_string()
+        };
+        gaps = gaps
+            .with_series(Series::new(
+                &name,
+                x.clone(),
+                y.iter().map(|v| v * scale).collect(),
+            ))
+            .with_series(
+                Series::new(
+                    &format!("{name} (shuffled)"),
+                    x,
+                    c.iter().map(|v| v * scale).collect(),
+                )
+                .dashed(),
+            );
+    }
+    ctx.figure(&gaps.caption("Gaps with our LDA's word topics and with gold topics from the article labels; dashed: shuffled-topic controls."))?;
+    ctx.notes(&format!(
+        "## Wikipedia setting\n\n{} articles from `{}`; vocabulary {} ({} most frequent words seen ≥ {} times, + specials and UNK), documents truncated to {} tokens, {} dev articles. \
+         LDA: {} topics, α = {}, β = {}, {} Gibbs sweeps ({} burn-in), seed {}; held-out perplexity {:.0} (unigram {:.0}), {} words with an LDA topic and {} with a gold topic (≥ {} occurrences). \
+         Model: {:?}; d_model {}. Best dev loss {:.3} (uniform prediction: {:.3}).\n\nLDA top words: {}\n",
+        articles.len(), path.display(), v, w.n_words, w.min_count, w.max_len, w.n_dev,
+        w.lda_topics, w.lda_alpha, w.lda_beta, w.lda_iterations, w.lda_burn_in, seed, ppl.perplexity, uni, n_lda, n_gold, w.topic_min_count,
+        cfg.model, run.model.d_model(), run.early.best_loss, (v as f64).ln(),
+        top.iter().map(|t| t[..6.min(t.len())].join(" ")).collect::<Vec<_>>().join(" | "),
+    ))?;
+    Ok(s)
+}

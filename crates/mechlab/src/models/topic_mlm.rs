@@ -1,0 +1,653 @@
+//! The one-layer, one-head masked-LM transformer of Li, Li, Risteski (2023).
+//!
+//! `h0 = E[x]` (optionally BERT's embedding block `LayerNorm(E[x] + token_type)`),
+//! one attention head with `d_head = d_model`, no FFN, no output projection, then
+//! `y = a (+ h0)` (optionally layer-normed) and `logits = y W_U + b_U`. Every part
+//! the paper freezes is a flag ([`TopicMlmConfig`]): one-hot or trained embeddings,
+//! frozen-uniform or trained attention, value matrix trained / identity / topic
+//! blocks, decoder identity / tied / trained, residual, layer norm, cross-entropy
+//! or MSE. Frozen parts are not parameters (they are not visited, optimised or
+//! checkpointed) and skip their work: one-hot inputs turn every `h0 · W` into a row
+//! gather, uniform attention skips queries and keys and averages the values once
+//! per document, and only labelled positions are ever used as queries, since the
+//! MLM loss reads nothing else.
+//!
+//! Weights follow TransformerLens layout (`x · W`, `W: [d_in, d_out]`), so the
+//! authors' "column Gram `W_Vᵀ W_V`" of the PyTorch `[out, in]` weight is the Gram
+//! of our `W_V`'s rows.
+//!
+//! ```
+//! use mechlab::models::topic_mlm::{TopicMlm, TopicMlmConfig};
+//! use mechlab::data::lda::{LdaConfig, LdaModel, generate, mask_docs};
+//! let cfg = LdaConfig { n_train: 4, ..LdaConfig::default() };
+//! let lda = LdaModel::new(&cfg).unwrap();
+//! let mut rng = mechlab::rng::stream(0, mechlab::rng::Stream::Data);
+//! let mut set = generate(&lda, &cfg, 4, &mut rng).to_mlm();
+//! mask_docs(&mut set, &cfg, lda.d_vocab(), &mut rng);
+//! let mut m = TopicMlm::<f64>::new(&TopicMlmConfig::default(), lda.d_vocab(),
+//!     &lda.topic_of_token(), set.max_len(), 0).unwrap();
+//! let loss = m.loss(&set, &[0, 1, 2, 3]);
+//! assert!((loss - (104f64).ln()).abs() < 0.5); // near-uniform predictions at init
+//! ```
+
+use crate::data::lda::{MlmSet, NO_LABEL};
+use crate::rng::{stream, Stream};
+use mechlab_engine::matmul::{matmul, Op};
+use mechlab_engine::{param, Float, Param, Parameters};
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+use rayon::prelude::*;
+
+#[path = "topic_mlm_kernel.rs"]
+mod kernel;
+use kernel::{doc_step, embed, embed_back, project, scores};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedKind {
+    OneHot,
+    Trained,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnKind {
+    /// `W_Q = W_K = 0`, frozen: every query attends uniformly to the visible keys.
+    Uniform,
+    Trained,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueKind {
+    Trained,
+    Identity,
+    /// Frozen to `1[topic(i) = topic(j)]` over word dimensions (the authors' block matrix).
+    Blocks,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecoderKind {
+    Identity,
+    /// `W_U = W_Eᵀ`, no bias.
+    Tied,
+    Trained,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossKind {
+    CrossEntropy,
+    /// Mean squared error against the one-hot label, over all `labels × d_vocab` entries.
+    Mse,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InitKind {
+    /// PyTorch defaults: linears `U(±1/√d_in)`, embeddings `N(0, 1)`.
+    Default,
+    /// Trained `W_Q, W_K, W_V` and embeddings `init_noise · U[0, 1)`, biases 0.
+    NearZero,
+}
+
+/// The `[model]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicMlmConfig {
+    /// `"f32"` or `"f64"`.
+    pub dtype: String,
+    /// 0: `d_vocab` (required by one-hot embeddings and the identity decoder).
+    pub d_model: usize,
+    pub embedding: EmbedKind,
+    pub attention: AttnKind,
+    pub value: ValueKind,
+    pub decoder: DecoderKind,
+    pub residual: bool,
+    pub layer_norm: bool,
+    pub loss: LossKind,
+    /// The authors' code keeps Hugging Face BERT's embedding block:
+    /// `h0 = LayerNorm(E[x] + t)` with a trained token-type vector `t ~ N(0, 1)`
+    /// and a trained gain and bias. Off by default (the clean model).
+    pub bert_embedding_ln: bool,
+    pub init: InitKind,
+    pub init_noise: f64,
+}
+
+impl Default for TopicMlmConfig {
+    fn default() -> Self {
+        TopicMlmConfig {
+            dtype: "f32".into(),
+            d_model: 0,
+            embedding: EmbedKind::OneHot,
+            attention: AttnKind::Uniform,
+            value: ValueKind::Trained,
+            decoder: DecoderKind::Identity,
+            residual: false,
+            layer_norm: false,
+            loss: LossKind::CrossEntropy,
+            bert_embedding_ln: false,
+            init: InitKind::Default,
+            init_noise: 0.0,
+        }
+    }
+}
+
+// Parameter slots, in visit order.
+pub const W_E: usize = 0;
+pub const TOKEN_TYPE: usize = 1;
+pub const EMB_LN_W: usize = 2;
+pub const EMB_LN_B: usize = 3;
+pub const W_Q: usize = 4;
+pub const B_Q: usize = 5;
+pub const W_K: usize = 6;
+pub const B_K: usize = 7;
+pub const W_V: usize = 8;
+pub const B_V: usize = 9;
+pub const LN_W: usize = 10;
+pub const LN_B: usize = 11;
+pub const W_U: usize = 12;
+pub const B_U: usize = 13;
+const N_SLOTS: usize = 14;
+const LN_EPS: f64 = 1e-12;
+/// Fixed number of batch chunks: each gets its own gradient buffers, reduced in
+/// chunk order, so results do not depend on the thread count.
+pub const N_CHUNKS: usize = 8;
+
+/// The fast paths a config allows.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    d: usize,
+    v: usize,
+    /// `h0` is the one-hot row of the token: products with it are gathers.
+    onehot: bool,
+    /// Something below `h0` is trained, so `dh0` is needed.
+    need_dh0: bool,
+    uniform: bool,
+    /// Uniform attention and no residual: every query row is the same; compute one.
+    shared: bool,
+    cfg_value: ValueKind,
+    decoder: DecoderKind,
+    residual: bool,
+    layer_norm: bool,
+    bert_ln: bool,
+    loss: LossKind,
+    train: [bool; N_SLOTS],
+}
+
+/// Activations and gradients of one chunk, sized for the longest document.
+/// Names follow TransformerLens hooks where they match.
+struct Work<T> {
+    hook_embed: Vec<T>,   // h0: [L, d]
+    emb_xhat: Vec<T>,     // [L, d]
+    emb_rstd: Vec<T>,     // [L]
+    hq: Vec<T>,           // h0 at the query rows: [S, d]
+    hook_q: Vec<T>,       // [S, d]
+    hook_k: Vec<T>,       // [L, d]
+    hook_v: Vec<T>,       // [L, d]
+    hook_pattern: Vec<T>, // [S, L]
+    hook_z: Vec<T>,       // a: [S, d]
+    resid: Vec<T>,        // [S, d] before the final norm
+    ln_xhat: Vec<T>,
+    ln_rstd: Vec<T>,
+    y: Vec<T>,      // [S, d]
+    logits: Vec<T>, // [S, V]
+    d_logits: Vec<T>,
+    d_y: Vec<T>,
+    d_resid: Vec<T>,
+    d_pattern: Vec<T>,
+    d_q: Vec<T>,
+    d_k: Vec<T>,
+    d_v: Vec<T>,
+    d_h0: Vec<T>,
+    d_hq: Vec<T>,
+    hbar: Vec<T>,    // [d]
+    d_table: Vec<T>, // [V, d]: dh0 summed per token id
+    qpos: Vec<usize>,
+    grads: [Vec<T>; N_SLOTS],
+    loss: f64,
+}
+
+/// The model: its parameters (frozen ones included, not visited), the plan and
+/// one workspace per chunk.
+pub struct TopicMlm<T: Float> {
+    pub cfg: TopicMlmConfig,
+    pub p: [Param<T>; N_SLOTS],
+    plan: Plan,
+    work: Vec<Work<T>>,
+    /// `h0` depends on the token id only (no positions): computed once per step
+    /// for the whole vocabulary `[V, d]`, gathered per document, and its
+    /// gradient `d_table` summed per id before one backward through the embedding.
+    table: Vec<T>,
+    tab_xhat: Vec<T>,
+    tab_rstd: Vec<T>,
+    d_table: Vec<T>,
+    du: Vec<T>,
+    /// `0..d_vocab`, the ids the table embeds.
+    vocab_ids: Vec<u32>,
+}
+
+impl<T: Float> TopicMlm<T> {
+    /// Builds the model for `d_vocab` tokens and documents up to `max_len` tokens;
+    /// `topic_of_token` (specials `usize::MAX`) fixes the frozen block value matrix.
+    pub fn new(
+        cfg: &TopicMlmConfig,
+        d_vocab: usize,
+        topic_of_token: &[usize],
+        max_len: usize,
+        seed: u64,
+    ) -> Result<Self, String> {
+        let v = d_vocab;
+        let d = if cfg.d_model == 0 { v } else { cfg.d_model };
+        let onehot_e = cfg.embedding == EmbedKind::OneHot;
+        if (onehot_e || cfg.decoder == DecoderKind::Identity || cfg.value == ValueKind::Blocks)
+            && d != v
+        {
+            return Err(format!(
+                "model.d_model = {d}: one-hot embeddings, the identity decoder and block values need d_model = d_vocab = {v}"
+            ));
+        }
+        if cfg.decoder == DecoderKind::Tied && onehot_e {
+            return Err("model.decoder = \"tied\" needs model.embedding = \"trained\"".into());
+        }
+        if cfg.init == InitKind::NearZero && !(cfg.init_noise >= 0.0 && cfg.init_noise.is_finite())
+        {
+            return Err("model.init_noise must be a finite number >= 0".into());
+        }
+        let mut rng = stream(seed, Stream::Init);
+        let nz = cfg.init == InitKind::NearZero;
+        let mut lin = |n: usize, fan_in: usize, near_zero: bool| -> Vec<T> {
+            let b = 1.0 / (fan_in as f64).sqrt();
+            (0..n)
+                .map(|_| {
+                    let u: f64 = rng.random();
+                    T::of(if near_zero {
+                        cfg.init_noise * u
+                    } else {
+                        (2.0 * u - 1.0) * b
+                    })
+                })
+                .collect()
+        };
+        let eye = |n: usize| -> Vec<T> {
+            (0..n * n)
+                .map(|i| if i / n == i % n { T::one() } else { T::zero() })
+                .collect()
+        };
+        let w_e = if onehot_e {
+            eye(v)
+        } else if nz {
+            lin(v * d, 1, true)
+        } else {
+            let mut r = stream(seed ^ 0xE, Stream::Init);
+            (0..v * d)
+                .map(|_| T::of(StandardNormal.sample(&mut r)))
+                .collect()
+        };
+        let token_type: Vec<T> = {
+            let mut r = stream(seed ^ 0x7, Stream::Init);
+            (0..d)
+                .map(|_| T::of(StandardNormal.sample(&mut r)))
+                .collect()
+        };
+        let attn_trained = cfg.attention == AttnKind::Trained;
+        let (w_q, b_q) = if attn_trained {
+            (
+                lin(d * d, d, nz),
+                if nz {
+                    vec![T::zero(); d]
+                } else {
+                    lin(d, d, false)
+                },
+            )
+        } else {
+            (vec![T::zero(); d * d], vec![T::zero(); d])
+        };
+        let (w_k, b_k) = if attn_trained {
+            (
+                lin(d * d, d, nz),
+                if nz {
+                    vec![T::zero(); d]
+                } else {
+                    lin(d, d, false)
+                },
+            )
+        } else {
+            (vec![T::zero(); d * d], vec![T::zero(); d])
+        };
+        let (w_v, b_v) = match cfg.value {
+            ValueKind::Trained => (
+                lin(d * d, d, nz),
+                if nz {
+                    vec![T::zero(); d]
+                } else {
+                    lin(d, d, false)
+                },
+            ),
+            ValueKind::Identity => (eye(d), vec![T::zero(); d]),
+            ValueKind::Blocks => {
+                let blocks = (0..d * d)
+                    .map(|ij| {
+                        let (a, b) = (topic_of_token[ij / d], topic_of_token[ij % d]);
+                        if a != usize::MAX && a == b {
+                            T::one()
+                        } else {
+                            T::zero()
+                        }
+                    })
+                    .collect();
+                (blocks, vec![T::zero(); d])
+            }
+        };
+        let (w_u, b_u) = match cfg.decoder {
+            DecoderKind::Trained => (lin(d * v, d, false), vec![T::zero(); v]),
+            _ => (
+                if d == v {
+                    eye(d)
+                } else {
+                    vec![T::zero(); d * v]
+                },
+                vec![T::zero(); v],
+            ),
+        };
+        let p = [
+            param("embed.W_E", "embed", &[v, d], w_e),
+            param("embed.token_type", "embed_ln", &[d], token_type),
+            param("embed.ln.w", "embed_ln", &[d], vec![T::one(); d]),
+            param("embed.ln.b", "embed_ln", &[d], vec![T::zero(); d]),
+            param("blocks.0.attn.W_Q", "attn_qk", &[d, d], w_q),
+            param("blocks.0.attn.b_Q", "attn_qk", &[d], b_q),
+            param("blocks.0.attn.W_K", "attn_qk", &[d, d], w_k),
+            param("blocks.0.attn.b_K", "attn_qk", &[d], b_k),
+            param("blocks.0.attn.W_V", "attn_v", &[d, d], w_v),
+            param("blocks.0.attn.b_V", "attn_v", &[d], b_v),
+            param("blocks.0.ln.w", "ln", &[d], vec![T::one(); d]),
+            param("blocks.0.ln.b", "ln", &[d], vec![T::zero(); d]),
+            param("unembed.W_U", "unembed", &[d, v], w_u),
+            param("unembed.b_U", "unembed", &[v], b_u),
+        ];
+        let mut train = [false; N_SLOTS];
+        train[W_E] = !onehot_e;
+        for s in [TOKEN_TYPE, EMB_LN_W, EMB_LN_B] {
+            train[s] = cfg.bert_embedding_ln;
+        }
+        for s in [W_Q, B_Q, W_K, B_K] {
+            train[s] = attn_trained;
+        }
+        train[W_V] = cfg.value == ValueKind::Trained;
+        train[B_V] = train[W_V];
+        train[LN_W] = cfg.layer_norm;
+        train[LN_B] = cfg.layer_norm;
+        train[W_U] = cfg.decoder == DecoderKind::Trained;
+        train[B_U] = train[W_U];
+        let onehot = onehot_e && !cfg.bert_embedding_ln;
+        let plan = Plan {
+            d,
+            v,
+            onehot,
+            need_dh0: train[W_E] || cfg.bert_embedding_ln,
+            uniform: !attn_trained,
+            shared: !attn_trained && !cfg.residual,
+            cfg_value: cfg.value,
+            decoder: cfg.decoder,
+            residual: cfg.residual,
+            layer_norm: cfg.layer_norm,
+            bert_ln: cfg.bert_embedding_ln,
+            loss: cfg.loss,
+            train,
+        };
+        let l = max_len.max(1);
+        let work = (0..N_CHUNKS)
+            .map(|_| {
+                let z = |n: usize| vec![T::zero(); n];
+                Work {
+                    hook_embed: z(l * d),
+                    emb_xhat: Vec::new(),
+                    emb_rstd: Vec::new(),
+                    hq: z(l * d),
+                    hook_q: z(l * d),
+                    hook_k: z(l * d),
+                    hook_v: z(l * d),
+                    hook_pattern: z(l * l),
+                    hook_z: z(l * d),
+                    resid: z(l * d),
+                    ln_xhat: z(l * d),
+                    ln_rstd: z(l),
+                    y: z(l * d),
+                    logits: z(l * v),
+                    d_logits: z(l * v),
+                    d_y: z(l * d),
+                    d_resid: z(l * d),
+                    d_pattern: z(l * l),
+                    d_q: z(l * d),
+                    d_k: z(l * d),
+                    d_v: z(l * d),
+                    d_h0: z(l * d),
+                    d_hq: z(l * d),
+                    hbar: z(d),
+                    d_table: if plan.need_dh0 { z(v * d) } else { Vec::new() },
+                    qpos: Vec::with_capacity(l),
+                    grads: std::array::from_fn(|s| {
+                        if train[s] {
+                            z(p[s].numel())
+                        } else {
+                            Vec::new()
+                        }
+                    }),
+                    loss: 0.0,
+                }
+            })
+            .collect();
+        let tab = if plan.onehot { 0 } else { v * d };
+        Ok(TopicMlm {
+            cfg: cfg.clone(),
+            p,
+            plan,
+            work,
+            table: vec![T::zero(); tab],
+            tab_xhat: vec![T::zero(); tab],
+            tab_rstd: vec![T::zero(); if plan.onehot { 0 } else { v }],
+            d_table: vec![T::zero(); tab],
+            du: vec![T::zero(); d],
+            vocab_ids: (0..v as u32).collect(),
+        })
+    }
+
+    pub fn d_model(&self) -> usize {
+        self.plan.d
+    }
+    pub fn d_vocab(&self) -> usize {
+        self.plan.v
+    }
+    /// Whether slot `s` is a trained parameter.
+    pub fn trains(&self, s: usize) -> bool {
+        self.plan.train[s]
+    }
+
+    /// Forward and backward over documents `docs` of `set`: accumulates the
+    /// gradients of the mean loss over all labelled positions and returns that loss.
+    pub fn forward_backward(&mut self, set: &MlmSet, docs: &[u32]) -> T {
+        T::of(self.run(set, docs, true))
+    }
+
+    /// The mean loss over the labelled positions of `docs`, without gradients.
+    pub fn loss(&mut self, set: &MlmSet, docs: &[u32]) -> f64 {
+        self.run(set, docs, false)
+    }
+
+    fn run(&mut self, set: &MlmSet, docs: &[u32], backward: bool) -> f64 {
+        let n_lab = set.n_labels(docs);
+        if n_lab == 0 {
+            return 0.0;
+        }
+        let inv_n = T::of(1.0 / n_lab as f64);
+        let TopicMlm {
+            p,
+            plan,
+            work,
+            table,
+            tab_xhat,
+            tab_rstd,
+            d_table,
+            du,
+            vocab_ids,
+            ..
+        } = self;
+        if !plan.onehot {
+            embed(p, plan, vocab_ids, table, tab_xhat, tab_rstd);
+        }
+        let (p, plan, table) = (&*p, *plan, &*table);
+        let n = docs.len();
+        work.par_iter_mut().enumerate().for_each(|(c, w)| {
+            w.loss = 0.0;
+            if backward {
+                w.grads
+                    .iter_mut()
+                    .for_each(|g| g.iter_mut().for_each(|x| *x = T::zero()));
+                w.d_table.iter_mut().for_each(|x| *x = T::zero());
+            }
+            for &doc in &docs[c * n / N_CHUNKS..(c + 1) * n / N_CHUNKS] {
+                let r = set.range(doc as usize);
+                w.loss += doc_step(
+                    p,
+                    &plan,
+                    table,
+                    w,
+                    &set.input[r.clone()],
+                    &set.hidden[r.clone()],
+                    &set.label[r],
+                    inv_n,
+                    backward,
+                );
+            }
+        });
+        if backward {
+            for s in 0..N_SLOTS {
+                if plan.train[s] {
+                    let g = self.p[s].grad_mut();
+                    for w in work.iter() {
+                        g.iter_mut().zip(&w.grads[s]).for_each(|(a, b)| *a += *b);
+                    }
+                }
+            }
+            if plan.need_dh0 {
+                d_table.iter_mut().for_each(|x| *x = T::zero());
+                for w in work.iter() {
+                    d_table
+                        .iter_mut()
+                        .zip(&w.d_table)
+                        .for_each(|(a, b)| *a += *b);
+                }
+                embed_back(&mut self.p, &plan, d_table, tab_xhat, tab_rstd, du);
+            }
+        }
+        work.iter().map(|w| w.loss).sum()
+    }
+
+    /// `h0` of every token id alone: `[d_vocab, d_model]` (the effective embeddings).
+    pub fn token_embeddings(&self) -> Vec<f64> {
+        let (v, d) = (self.plan.v, self.plan.d);
+        let mut w = make_probe_work::<T>(v, d);
+        let ids: Vec<u32> = (0..v as u32).collect();
+        embed(
+            &self.p,
+            &self.plan,
+            &ids,
+            &mut w.hook_embed,
+            &mut w.emb_xhat,
+            &mut w.emb_rstd,
+        );
+        w.hook_embed[..v * d].iter().map(|x| x.as_f64()).collect()
+    }
+
+    /// The attention pattern `[L, L]` of one document, every position a query
+    /// (hidden keys get 0).
+    pub fn attention_pattern(&self, ids: &[u32], hidden: &[bool]) -> Vec<f64> {
+        let (l, d) = (ids.len(), self.plan.d);
+        let mut w = make_probe_work::<T>(l, d);
+        embed(
+            &self.p,
+            &self.plan,
+            ids,
+            &mut w.hook_embed,
+            &mut w.emb_xhat,
+            &mut w.emb_rstd,
+        );
+        let n_vis = hidden.iter().filter(|h| !**h).count().max(1);
+        if self.plan.uniform {
+            let u = 1.0 / n_vis as f64;
+            return (0..l * l)
+                .map(|ij| if hidden[ij % l] { 0.0 } else { u })
+                .collect();
+        }
+        w.qpos = (0..l).collect();
+        project(
+            &mut w.hook_q,
+            &w.hook_embed,
+            ids,
+            None,
+            &self.plan,
+            &self.p[W_Q],
+            &self.p[B_Q],
+        );
+        project(
+            &mut w.hook_k,
+            &w.hook_embed,
+            ids,
+            None,
+            &self.plan,
+            &self.p[W_K],
+            &self.p[B_K],
+        );
+        scores(&mut w.hook_pattern, &w.hook_q, &w.hook_k, hidden, l, l, d);
+        w.hook_pattern[..l * l].iter().map(|x| x.as_f64()).collect()
+    }
+}
+
+fn make_probe_work<T: Float>(l: usize, d: usize) -> Work<T> {
+    let z = |n: usize| vec![T::zero(); n];
+    Work {
+        hook_embed: z(l * d),
+        emb_xhat: z(l * d),
+        emb_rstd: z(l),
+        hq: Vec::new(),
+        hook_q: z(l * d),
+        hook_k: z(l * d),
+        hook_v: Vec::new(),
+        hook_pattern: z(l * l),
+        hook_z: Vec::new(),
+        resid: Vec::new(),
+        ln_xhat: Vec::new(),
+        ln_rstd: Vec::new(),
+        y: Vec::new(),
+        logits: Vec::new(),
+        d_logits: Vec::new(),
+        d_y: Vec::new(),
+        d_resid: Vec::new(),
+        d_pattern: Vec::new(),
+        d_q: Vec::new(),
+        d_k: Vec::new(),
+        d_v: Vec::new(),
+        d_h0: Vec::new(),
+        d_hq: Vec::new(),
+        hbar: Vec::new(),
+        d_table: Vec::new(),
+        qpos: Vec::new(),
+        grads: std::array::from_fn(|_| Vec::new()),
+        loss: 0.0,
+    }
+}
+
+impl<T: Float> Parameters<T> for TopicMlm<T> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        for s in 0..N_SLOTS {
+            if self.plan.train[s] {
+                f(&self.p[s]);
+            }
+        }
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        for s in 0..N_SLOTS {
+            if self.plan.train[s] {
+                f(&mut self.p[s]);
+            }
+        }
+    }
+}
