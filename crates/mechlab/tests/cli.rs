@@ -271,4 +271,9 @@ fn export_writes_npy_files_numpy_can_read() {
         .filter_map(|x| x.trim().parse().ok())
         .collect();
     assert_eq!(npy.len() - 10 - hlen, shape.iter().product::<usize>() * 8);
+    // The recorded activations come out under their TransformerLens hook names.
+    let pat = std::fs::read(run.join("export/blocks.0.attn.hook_pattern.npy")).unwrap();
+    let hlen = u16::from_le_bytes([pat[8], pat[9]]) as usize;
+    let header = std::str::from_utf8(&pat[10..10 + hlen]).unwrap();
+    assert!(header.contains("'shape': (64, 1, 1, "), "{header}");
 }

@@ -5,6 +5,7 @@
 //! probes, and writes figures, notes and a [`Summary`] with one verdict per claim.
 //! It registers here, and its presets in [`crate::config::presets`].
 
+pub mod selection;
 pub mod topic;
 pub mod topic_report;
 pub mod topic_wiki;
@@ -15,8 +16,6 @@ use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};
 use crate::train::TrainError;
 use thiserror::Error;
-
-pub mod selection;
 
 /// Why an experiment failed.
 #[derive(Debug, Error)]

@@ -18,7 +18,7 @@ use crate::models::selection::{ModelConfig, SelectionModel};
 use crate::probes::selection::{self as pr, one_step_check, vals};
 use crate::rng::{stream, Stream};
 use crate::run::summary::Summary;
-use crate::run::{metrics, RunConfig, RunCtx, RunError};
+use crate::run::{metrics, Activation, RunConfig, RunCtx, RunError};
 use crate::train::config::StageConfig;
 use crate::train::{fit, OptimizerKind, TrainConfig};
 use mechlab_engine::Float;
@@ -334,6 +334,14 @@ fn run_typed<T: Float>(
     let ep = pr::project(&e, d, &vals(model.p.value()));
     let (pattern, _) = model.attend(&test);
     let pattern = vals(&pattern);
+    // The cls query's attention over the first test sequences, in TransformerLens's
+    // [batch, head, query_pos, key_pos] layout (one head, one query).
+    let n_rec = test.n.min(64);
+    ctx.record_activations(&[Activation {
+        name: "blocks.0.attn.hook_pattern".into(),
+        shape: vec![n_rec, 1, 1, test.n_ctx],
+        data: pattern[..n_rec * test.n_ctx].to_vec(),
+    }])?;
     let points = pr::u_shape(&train, &ep, cfg.probe.min_count);
     let (left, middle, right) = pr::u_ends(&points, cfg.probe.edge, cfg.probe.middle);
     let top = pr::most_selected(&test, &pattern, cfg.probe.top_words);

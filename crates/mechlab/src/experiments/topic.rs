@@ -20,7 +20,7 @@ use crate::models::topic_mlm::{AttnKind, TopicMlm, TopicMlmConfig, W_V};
 use crate::probes::topic::{gram_gap, shuffled_topics, AttnAccum, AttnStats, DocAttention, Gap};
 use crate::rng::{self, substream, RngState, Stream};
 use crate::run::summary::Summary;
-use crate::run::{RunConfig, RunCtx, RunError};
+use crate::run::{Activation, RunConfig, RunCtx, RunError};
 use crate::train::{fit, OptimizerKind, TrainConfig, Trainable};
 use mechlab_engine::{Float, Param, Parameters};
 use rand::seq::SliceRandom;
@@ -397,6 +397,28 @@ pub fn measure<T: Float>(
     out
 }
 
+/// The attention patterns of the first `n` dev documents, zero-padded to the
+/// longest, as `blocks.0.attn.hook_pattern` `[batch, head, query_pos, key_pos]`.
+fn record_patterns<T: Float>(m: &TopicMlm<T>, set: &MlmSet, n: usize) -> Activation {
+    let n = n.min(set.len());
+    let l = (0..n).map(|i| set.range(i).len()).max().unwrap_or(0);
+    let mut data = vec![0.0; n * l * l];
+    for i in 0..n {
+        let r = set.range(i);
+        let li = r.len();
+        let pattern = m.attention_pattern(&set.input[r.clone()], &set.hidden[r]);
+        for q in 0..li {
+            data[i * l * l + q * l..i * l * l + q * l + li]
+                .copy_from_slice(&pattern[q * li..(q + 1) * li]);
+        }
+    }
+    Activation {
+        name: "blocks.0.attn.hook_pattern".into(),
+        shape: vec![n, 1, l, l],
+        data,
+    }
+}
+
 fn log_probes(ctx: &mut RunCtx, step: u64, p: &Probes) -> Result<(), RunError> {
     let rec = [
         ("value_same", p.value.same),
@@ -502,6 +524,7 @@ fn run_typed<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, E
     let fitted = fit(&mut run, &cfg.train, ctx, &mut probe)?;
     run.restore_best();
     let final_probes = measure(&run.model, &dev, docs, nt, &topics, &control);
+    ctx.record_activations(&[record_patterns(&run.model, &dev, 8)])?;
     let test_loss = dev_loss(&mut run.model, &test, batch);
     let fin = FinalProbes {
         probes: final_probes,

@@ -10,6 +10,7 @@
 //! | `figures/<id>.{json,svg,png}` | each figure as data, and rendered |
 //! | `summary.json` | `{"experiment", "seed", "metrics", "verdicts"}` |
 //! | `report.html`, `report.md` | the report, rebuilt from the files above by `mechlab report` |
+//! | `activations.safetensors` | activations recorded at the end, under TransformerLens hook names |
 //! | `timing.json` | wall-clock seconds (kept out of the summary so that two runs of the same seed compare equal) |
 
 pub mod atomic;
@@ -242,6 +243,32 @@ impl RunCtx {
         atomic::write(&path, text.as_bytes()).map_err(io_err(&path))
     }
 
+    /// Records activations (TransformerLens hook names and shapes, e.g.
+    /// `blocks.0.attn.hook_pattern` as `[batch, head, query_pos, key_pos]`) in
+    /// `activations.safetensors`, which `mechlab export --npy` turns into `.npy`.
+    pub fn record_activations(&self, tensors: &[Activation]) -> Result<(), RunError> {
+        let path = self.dir.join("activations.safetensors");
+        let bytes: Vec<Vec<u8>> = tensors
+            .iter()
+            .map(|t| t.data.iter().flat_map(|x| x.to_le_bytes()).collect())
+            .collect();
+        let bad = |reason: String| RunError::Folder {
+            path: path.display().to_string(),
+            reason,
+        };
+        let views = tensors
+            .iter()
+            .zip(&bytes)
+            .map(|(t, b)| {
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F64, t.shape.clone(), b)
+                    .map(|v| (t.name.clone(), v))
+                    .map_err(|e| bad(format!("activation {}: {e}", t.name)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let data = safetensors::serialize(views, None).map_err(|e| bad(e.to_string()))?;
+        atomic::write(&path, &data).map_err(io_err(&path))
+    }
+
     /// Writes `summary.json` and `timing.json`.
     pub fn finish(&self, summary: &Summary) -> Result<(), RunError> {
         let path = self.dir.join("summary.json");
@@ -251,6 +278,14 @@ impl RunCtx {
         let timing = serde_json::json!({ "seconds": self.started.elapsed().as_secs_f64(), "resumed": self.resuming });
         atomic::write(&tpath, timing.to_string().as_bytes()).map_err(io_err(&tpath))
     }
+}
+
+/// One recorded activation tensor (row-major `f64`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Activation {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub data: Vec<f64>,
 }
 
 /// Reads a run's `summary.json`.
