@@ -2,8 +2,8 @@
 //! from the articles' gold labels.
 //!
 //! Articles come from [`mechlab_corpora::wikipedia::load_articles`] (any of its
-//! formats). [`tokenize`] lower-cases and splits on anything that is not a letter
-//! or a digit; the vocabulary keeps the `n_words` most frequent words seen at
+//! formats). [`tokenize`] is the corpora crate's word tokenizer (lower-cased,
+//! punctuation dropped, apostrophes inside words kept); the vocabulary keeps the `n_words` most frequent words seen at
 //! least `min_count` times (ties by word), the rest become `UNK`. Ids: the four
 //! specials of [`crate::data::lda`], then `UNK = 4`, then the words by frequency.
 //! Word topics for the probes are given to content words only (not stop words,
@@ -13,21 +13,23 @@
 //!
 //! ```
 //! use mechlab::data::wiki::tokenize;
-//! assert_eq!(tokenize("Rome's 2 Forums, e.g."), ["rome", "s", "2", "forums", "e", "g"]);
+//! assert_eq!(tokenize("Rome's 2 Forums, e.g."), ["rome's", "2", "forums", "e", "g"]);
 //! ```
 
 use crate::data::lda::{MlmSet, NO_LABEL, N_SPECIAL, START};
 use mechlab_corpora::article::Article;
+use mechlab_corpora::{Punct, Tokenizer};
 use std::collections::HashMap;
 
 pub const UNK: u32 = N_SPECIAL as u32;
 
-/// Lower-cased runs of letters and digits.
+/// Lower-cased words, punctuation dropped: the tokenizer the review corpora use.
 pub fn tokenize(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.to_lowercase())
-        .collect()
+    Tokenizer {
+        punct: Punct::Drop,
+        ..Tokenizer::default()
+    }
+    .tokenize(text)
 }
 
 /// A small English stop-word list: function words carry no topic.
