@@ -15,8 +15,13 @@
 //! ```
 
 pub mod float;
+pub mod gradcheck;
+pub mod layers;
 pub mod matmul;
 pub mod param;
+
+#[cfg(test)]
+mod testutil;
 
 pub use float::Float;
 pub use param::{param, Param, Parameters};

@@ -41,7 +41,22 @@ pub fn matmul<T: Float>(
     n: usize,
     accumulate: bool,
 ) {
-    gemm_with(c, a, op_a, b, op_b, m, k, n, accumulate, Parallelism::None)
+    let (lda, ldb) = natural_ld(op_a, op_b, m, k, n);
+    gemm_with(
+        c,
+        n,
+        a,
+        lda,
+        op_a,
+        b,
+        ldb,
+        op_b,
+        m,
+        k,
+        n,
+        accumulate,
+        Parallelism::None,
+    )
 }
 
 /// [`matmul`] spread over `threads` threads by `gemm` itself.
@@ -63,15 +78,89 @@ pub fn matmul_par<T: Float>(
     } else {
         Parallelism::None
     };
-    gemm_with(c, a, op_a, b, op_b, m, k, n, accumulate, par)
+    let (lda, ldb) = natural_ld(op_a, op_b, m, k, n);
+    gemm_with(c, n, a, lda, op_a, b, ldb, op_b, m, k, n, accumulate, par)
+}
+
+/// [`matmul`] on sub-matrices with explicit row strides ("leading dimensions").
+///
+/// Each operand is a row-major matrix *as stored* whose consecutive rows start
+/// `ld` elements apart (`ld` ≥ its stored row length): `c` is stored `[m, n]` with
+/// row stride `ldc`; `a` is stored `[m, k]` (`Op::N`) or `[k, m]` (`Op::T`) with row
+/// stride `lda`; `b` is stored `[k, n]` or `[n, k]` with row stride `ldb`. Slices
+/// start at the matrix's first element. This is how attention multiplies one
+/// head's `[T, d_head]` slice out of a `[T, H, d_head]` buffer without copying:
+///
+/// ```
+/// use mechlab_engine::matmul::{matmul_strided, Op};
+/// // x: [T=2, H=2, d=2]; head 1 of x times its own transpose: [2, 2]
+/// let x = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+/// let mut g = [0.0f64; 4];
+/// matmul_strided(&mut g, 2, &x[2..], 4, Op::N, &x[2..], 4, Op::T, 2, 2, 2, false);
+/// assert_eq!(g, [25.0, 53.0, 53.0, 113.0]);
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_strided<T: Float>(
+    c: &mut [T],
+    ldc: usize,
+    a: &[T],
+    lda: usize,
+    op_a: Op,
+    b: &[T],
+    ldb: usize,
+    op_b: Op,
+    m: usize,
+    k: usize,
+    n: usize,
+    accumulate: bool,
+) {
+    gemm_with(
+        c,
+        ldc,
+        a,
+        lda,
+        op_a,
+        b,
+        ldb,
+        op_b,
+        m,
+        k,
+        n,
+        accumulate,
+        Parallelism::None,
+    )
+}
+
+fn natural_ld(op_a: Op, op_b: Op, m: usize, k: usize, n: usize) -> (usize, usize) {
+    let lda = match op_a {
+        Op::N => k,
+        Op::T => m,
+    };
+    let ldb = match op_b {
+        Op::N => n,
+        Op::T => k,
+    };
+    (lda, ldb)
+}
+
+/// Elements a stored `[rows, cols]` matrix with row stride `ld` spans.
+fn span(rows: usize, cols: usize, ld: usize) -> usize {
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        (rows - 1) * ld + cols
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn gemm_with<T: Float>(
     c: &mut [T],
+    ldc: usize,
     a: &[T],
+    lda: usize,
     op_a: Op,
     b: &[T],
+    ldb: usize,
     op_b: Op,
     m: usize,
     k: usize,
@@ -79,26 +168,59 @@ fn gemm_with<T: Float>(
     accumulate: bool,
     par: Parallelism,
 ) {
-    assert!(c.len() >= m * n, "matmul: c has {} < {m}x{n}", c.len());
-    assert!(a.len() >= m * k, "matmul: a has {} < {m}x{k}", a.len());
-    assert!(b.len() >= k * n, "matmul: b has {} < {k}x{n}", b.len());
+    // Stored shapes: a is [m, k] or [k, m], b is [k, n] or [n, k].
+    let (a_rows, a_cols) = match op_a {
+        Op::N => (m, k),
+        Op::T => (k, m),
+    };
+    let (b_rows, b_cols) = match op_b {
+        Op::N => (k, n),
+        Op::T => (n, k),
+    };
+    assert!(ldc >= n, "matmul: ldc {ldc} < n {n}");
+    assert!(lda >= a_cols, "matmul: lda {lda} < {a_cols}");
+    assert!(ldb >= b_cols, "matmul: ldb {ldb} < {b_cols}");
+    let (sc, sa, sb) = (
+        span(m, n, ldc),
+        span(a_rows, a_cols, lda),
+        span(b_rows, b_cols, ldb),
+    );
+    assert!(
+        c.len() >= sc,
+        "matmul: c has {} < {sc} for {m}x{n}",
+        c.len()
+    );
+    assert!(
+        a.len() >= sa,
+        "matmul: a has {} < {sa} for {m}x{k}",
+        a.len()
+    );
+    assert!(
+        b.len() >= sb,
+        "matmul: b has {} < {sb} for {k}x{n}",
+        b.len()
+    );
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         if !accumulate {
-            c[..m * n].iter_mut().for_each(|x| *x = T::zero());
+            for i in 0..m {
+                c[i * ldc..i * ldc + n]
+                    .iter_mut()
+                    .for_each(|x| *x = T::zero());
+            }
         }
         return;
     }
     // (column stride, row stride) of each operand as gemm sees it.
     let (a_cs, a_rs) = match op_a {
-        Op::N => (1isize, k as isize),
-        Op::T => (m as isize, 1isize),
+        Op::N => (1isize, lda as isize),
+        Op::T => (lda as isize, 1isize),
     };
     let (b_cs, b_rs) = match op_b {
-        Op::N => (1isize, n as isize),
-        Op::T => (k as isize, 1isize),
+        Op::N => (1isize, ldb as isize),
+        Op::T => (ldb as isize, 1isize),
     };
     // SAFETY: the asserts above guarantee every index gemm touches is in bounds for the
     // given strides; c does not alias a or b (they are distinct borrows).
@@ -109,7 +231,7 @@ fn gemm_with<T: Float>(
             k,
             c.as_mut_ptr(),
             1,
-            n as isize,
+            ldc as isize,
             accumulate,
             a.as_ptr(),
             a_cs,
@@ -165,6 +287,53 @@ mod tests {
                 matmul(&mut c, &a, op_a, &b, op_b, m, k, n, true);
                 for (x, y) in c.iter().zip(&want) {
                     assert!((x - 2.0 * y).abs() < 1e-12);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strided_submatrices_match_naive() {
+        // Embed a, b, c as sub-blocks of wider buffers and compare with the dense product.
+        let (m, k, n) = (3, 4, 2);
+        let (lda_pad, ldb_pad, ldc_pad) = (3, 5, 1);
+        for op_a in [Op::N, Op::T] {
+            for op_b in [Op::N, Op::T] {
+                let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.7).sin()).collect();
+                let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.3).cos()).collect();
+                let want = naive(&a, op_a, &b, op_b, m, k, n);
+                let (ar, ac) = if op_a == Op::N { (m, k) } else { (k, m) };
+                let (br, bc) = if op_b == Op::N { (k, n) } else { (n, k) };
+                let (lda, ldb, ldc) = (ac + lda_pad, bc + ldb_pad, n + ldc_pad);
+                let mut aw = vec![f64::NAN; 1 + ar * lda];
+                let mut bw = vec![f64::NAN; 2 + br * ldb];
+                for r in 0..ar {
+                    aw[1 + r * lda..1 + r * lda + ac].copy_from_slice(&a[r * ac..(r + 1) * ac]);
+                }
+                for r in 0..br {
+                    bw[2 + r * ldb..2 + r * ldb + bc].copy_from_slice(&b[r * bc..(r + 1) * bc]);
+                }
+                let mut cw = vec![7.0; m * ldc];
+                matmul_strided(
+                    &mut cw,
+                    ldc,
+                    &aw[1..],
+                    lda,
+                    op_a,
+                    &bw[2..],
+                    ldb,
+                    op_b,
+                    m,
+                    k,
+                    n,
+                    false,
+                );
+                for i in 0..m {
+                    for j in 0..n {
+                        assert!((cw[i * ldc + j] - want[i * n + j]).abs() < 1e-12);
+                    }
+                    // padding columns untouched
+                    assert_eq!(cw[i * ldc + n], 7.0);
                 }
             }
         }

@@ -1,0 +1,580 @@
+//! Multi-head scaled dot-product attention over one sequence.
+//!
+//! Layouts follow TransformerLens (per batch element): `q` is `[Tq, H, d_qk]`,
+//! `k` is `[Tk, H, d_qk]`, `v` is `[Tk, H, d_v]` (TL `hook_q/k/v`; what a linear
+//! layer with `out = H·d` emits, no transpose needed), the output `z` is
+//! `[Tq, H, d_v]` (TL `hook_z`), and the saved `pattern` is `[H, Tq, Tk]`
+//! (TL `blocks.L.attn.hook_pattern`). For head `h`:
+//!
+//! `logits[h, i, j] = scale · ⟨q[i, h], k[j, h]⟩ + bias[h, i, j]`,
+//! `pattern[h, i, :] = softmax over allowed j`, `z[i, h] = Σ_j pattern[h, i, j] · v[j, h]`.
+//!
+//! Key `j` is allowed for query `i` in head `h` when all given conditions hold:
+//! the key mask `[Tk]` keeps `j`; the full mask `[H, Tq, Tk]` keeps `(h, i, j)` (this
+//! is where [`super::rpe`] windows go); and, if `causal`, `j ≤ i + (Tk − Tq)`, i.e.
+//! query `i` sits at the last `Tq` positions of the key sequence (`j ≤ i` when
+//! `Tq = Tk`). Disallowed entries have pattern exactly `0`; a query with no allowed
+//! key gets an all-zero pattern row and `z = 0`. The default `scale` is `1/√d_qk`.
+//!
+//! ```
+//! use mechlab_engine::layers::attention::{Attention, AttnExtras};
+//! // one head, two positions, d=1, causal, scale 1
+//! let attn = Attention::new(1, 2, 2, 1, 1).with_scale(1.0).with_causal(true);
+//! let (q, k, v) = ([0.0f64, 1.0], [0.0, 3f64.ln()], [4.0, 8.0]);
+//! let (mut z, mut pattern) = ([0.0; 2], [0.0; 4]);
+//! attn.forward(&mut z, &mut pattern, &q, &k, &v, &AttnExtras::default());
+//! // query 0 sees key 0 only; query 1: softmax([0, ln 3]) = [1/4, 3/4]
+//! let want = [1.0, 0.0, 0.25, 0.75];
+//! assert!(pattern.iter().zip(want).all(|(p, w)| (p - w).abs() < 1e-12));
+//! assert!((z[0] - 4.0).abs() < 1e-12 && (z[1] - 7.0).abs() < 1e-12);
+//! ```
+
+use super::softmax;
+use crate::matmul::{matmul_strided, Op};
+use crate::Float;
+
+/// Shapes and options of one attention call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attention {
+    pub n_heads: usize,
+    pub t_q: usize,
+    pub t_k: usize,
+    pub d_qk: usize,
+    pub d_v: usize,
+    /// Multiplies `q·k` (not the bias). Default `1/√d_qk`.
+    pub scale: f64,
+    /// Mask keys after the query (see the module doc for `Tq ≠ Tk`).
+    pub causal: bool,
+}
+
+/// Optional additive bias and masks (all `None` by default).
+#[derive(Clone, Copy, Debug)]
+pub struct AttnExtras<'a, T> {
+    /// `[H, Tq, Tk]`, added to the scaled logits (position biases).
+    pub bias: Option<&'a [T]>,
+    /// `[H, Tq, Tk]`, `true` = allowed.
+    pub mask: Option<&'a [bool]>,
+    /// `[Tk]`, `true` = allowed (padding / key masks).
+    pub key_mask: Option<&'a [bool]>,
+}
+
+impl<T> Default for AttnExtras<'_, T> {
+    fn default() -> Self {
+        AttnExtras {
+            bias: None,
+            mask: None,
+            key_mask: None,
+        }
+    }
+}
+
+impl Attention {
+    /// Non-causal attention with scale `1/√d_qk`.
+    pub fn new(n_heads: usize, t_q: usize, t_k: usize, d_qk: usize, d_v: usize) -> Self {
+        Attention {
+            n_heads,
+            t_q,
+            t_k,
+            d_qk,
+            d_v,
+            scale: 1.0 / (d_qk.max(1) as f64).sqrt(),
+            causal: false,
+        }
+    }
+    pub fn with_scale(mut self, scale: f64) -> Self {
+        self.scale = scale;
+        self
+    }
+    pub fn with_causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
+    /// Elements of `pattern` (and of `bias`, `mask`): `H · Tq · Tk`.
+    pub fn pattern_len(&self) -> usize {
+        self.n_heads * self.t_q * self.t_k
+    }
+
+    /// Whether query `i` may attend to key `j` in head `h`.
+    pub fn allowed<T>(&self, ex: &AttnExtras<'_, T>, h: usize, i: usize, j: usize) -> bool {
+        if self.causal && j + self.t_q > i + self.t_k {
+            return false;
+        }
+        if let Some(km) = ex.key_mask {
+            if !km[j] {
+                return false;
+            }
+        }
+        match ex.mask {
+            Some(m) => m[(h * self.t_q + i) * self.t_k + j],
+            None => true,
+        }
+    }
+
+    fn check_inputs<T: Float>(&self, q: &[T], k: &[T], v: &[T]) {
+        let (h, tq, tk) = (self.n_heads, self.t_q, self.t_k);
+        assert_eq!(
+            q.len(),
+            tq * h * self.d_qk,
+            "attention: q is not [Tq, H, d_qk]"
+        );
+        assert_eq!(
+            k.len(),
+            tk * h * self.d_qk,
+            "attention: k is not [Tk, H, d_qk]"
+        );
+        assert_eq!(
+            v.len(),
+            tk * h * self.d_v,
+            "attention: v is not [Tk, H, d_v]"
+        );
+    }
+
+    /// Computes `pattern` and `z`, overwriting both.
+    pub fn forward<T: Float>(
+        &self,
+        z: &mut [T],
+        pattern: &mut [T],
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        ex: &AttnExtras<'_, T>,
+    ) {
+        // q: [Tq, H, d_qk], k: [Tk, H, d_qk], v: [Tk, H, d_v], bias/mask: [H, Tq, Tk], key_mask: [Tk]
+        //   -> pattern: [H, Tq, Tk], z: [Tq, H, d_v]
+        self.check_inputs(q, k, v);
+        let (nh, tq, tk, dqk, dv) = (self.n_heads, self.t_q, self.t_k, self.d_qk, self.d_v);
+        assert_eq!(z.len(), tq * nh * dv, "attention: z is not [Tq, H, d_v]");
+        assert_eq!(
+            pattern.len(),
+            self.pattern_len(),
+            "attention: pattern is not [H, Tq, Tk]"
+        );
+        if let Some(b) = ex.bias {
+            assert_eq!(
+                b.len(),
+                self.pattern_len(),
+                "attention: bias is not [H, Tq, Tk]"
+            );
+        }
+        if let Some(m) = ex.mask {
+            assert_eq!(
+                m.len(),
+                self.pattern_len(),
+                "attention: mask is not [H, Tq, Tk]"
+            );
+        }
+        if let Some(m) = ex.key_mask {
+            assert_eq!(m.len(), tk, "attention: key_mask is not [Tk]");
+        }
+        let scale = T::of(self.scale);
+        let (ldqk, ldv) = (nh * dqk, nh * dv);
+        for h in 0..nh {
+            let pat = &mut pattern[h * tq * tk..(h + 1) * tq * tk];
+            // pat[i, j] = <q[i, h], k[j, h]>
+            let (qh, kh) = (&q[h * dqk..], &k[h * dqk..]);
+            matmul_strided(
+                pat,
+                tk,
+                qh,
+                ldqk,
+                Op::N,
+                kh,
+                ldqk,
+                Op::T,
+                tq,
+                dqk,
+                tk,
+                false,
+            );
+            for i in 0..tq {
+                let row = &mut pat[i * tk..(i + 1) * tk];
+                row.iter_mut().for_each(|x| *x *= scale);
+                if let Some(b) = ex.bias {
+                    let b = &b[(h * tq + i) * tk..(h * tq + i + 1) * tk];
+                    row.iter_mut().zip(b).for_each(|(x, &bj)| *x += bj);
+                }
+                softmax::row_in_place(row, |j| self.allowed(ex, h, i, j));
+            }
+            // z[:, h] = pat · v[:, h]
+            let zh = &mut z[h * dv..];
+            matmul_strided(
+                zh,
+                ldv,
+                pat,
+                tk,
+                Op::N,
+                &v[h * dv..],
+                ldv,
+                Op::N,
+                tq,
+                tk,
+                dv,
+                false,
+            );
+        }
+    }
+
+    /// Accumulates `dq`, `dk`, `dv` (and `d_bias`, the gradient of the logits, if
+    /// given) from `dz`. Reads the `pattern` saved by [`Attention::forward`]; the
+    /// masks need not be passed again (masked entries have zero pattern and get
+    /// zero gradient). `scratch` is `[Tq, Tk]`, overwritten.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward<T: Float>(
+        &self,
+        dq: &mut [T],
+        dk: &mut [T],
+        dv: &mut [T],
+        mut d_bias: Option<&mut [T]>,
+        scratch: &mut [T],
+        dz: &[T],
+        pattern: &[T],
+        q: &[T],
+        k: &[T],
+        v: &[T],
+    ) {
+        // dz: [Tq, H, d_v], pattern: [H, Tq, Tk], q/k/v as in forward
+        //   -> dq: [Tq, H, d_qk] (+=), dk: [Tk, H, d_qk] (+=), dv: [Tk, H, d_v] (+=),
+        //      d_bias: [H, Tq, Tk] (+=); scratch: [Tq, Tk]
+        self.check_inputs(q, k, v);
+        let (nh, tq, tk, dqk, d_v) = (self.n_heads, self.t_q, self.t_k, self.d_qk, self.d_v);
+        assert_eq!(dq.len(), q.len(), "attention: dq is not [Tq, H, d_qk]");
+        assert_eq!(dk.len(), k.len(), "attention: dk is not [Tk, H, d_qk]");
+        assert_eq!(dv.len(), v.len(), "attention: dv is not [Tk, H, d_v]");
+        assert_eq!(dz.len(), tq * nh * d_v, "attention: dz is not [Tq, H, d_v]");
+        assert_eq!(
+            pattern.len(),
+            self.pattern_len(),
+            "attention: pattern is not [H, Tq, Tk]"
+        );
+        assert_eq!(scratch.len(), tq * tk, "attention: scratch is not [Tq, Tk]");
+        if let Some(db) = d_bias.as_deref() {
+            assert_eq!(
+                db.len(),
+                self.pattern_len(),
+                "attention: d_bias is not [H, Tq, Tk]"
+            );
+        }
+        let scale = T::of(self.scale);
+        let (ldqk, ldv) = (nh * dqk, nh * d_v);
+        for h in 0..nh {
+            let pat = &pattern[h * tq * tk..(h + 1) * tq * tk];
+            let (dzh, vh) = (&dz[h * d_v..], &v[h * d_v..]);
+            // d_pattern = dz[:, h] · v[:, h]ᵀ   [Tq, Tk]
+            matmul_strided(
+                scratch,
+                tk,
+                dzh,
+                ldv,
+                Op::N,
+                vh,
+                ldv,
+                Op::T,
+                tq,
+                d_v,
+                tk,
+                false,
+            );
+            // dv[:, h] += patternᵀ · dz[:, h]
+            matmul_strided(
+                &mut dv[h * d_v..],
+                ldv,
+                pat,
+                tk,
+                Op::T,
+                dzh,
+                ldv,
+                Op::N,
+                tk,
+                tq,
+                d_v,
+                true,
+            );
+            // d_logits = softmax backward, row by row
+            for i in 0..tq {
+                let g = &mut scratch[i * tk..(i + 1) * tk];
+                softmax::backward_row_in_place(g, &pat[i * tk..(i + 1) * tk]);
+                if let Some(db) = d_bias.as_deref_mut() {
+                    let db = &mut db[(h * tq + i) * tk..(h * tq + i + 1) * tk];
+                    db.iter_mut().zip(g.iter()).for_each(|(a, &b)| *a += b);
+                }
+                g.iter_mut().for_each(|x| *x *= scale);
+            }
+            // dq[:, h] += scale · d_logits · k[:, h];  dk[:, h] += scale · d_logitsᵀ · q[:, h]
+            let (qh, kh) = (&q[h * dqk..], &k[h * dqk..]);
+            matmul_strided(
+                &mut dq[h * dqk..],
+                ldqk,
+                scratch,
+                tk,
+                Op::N,
+                kh,
+                ldqk,
+                Op::N,
+                tq,
+                tk,
+                dqk,
+                true,
+            );
+            matmul_strided(
+                &mut dk[h * dqk..],
+                ldqk,
+                scratch,
+                tk,
+                Op::T,
+                qh,
+                ldqk,
+                Op::N,
+                tk,
+                tq,
+                dqk,
+                true,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+
+    /// Straightforward loops over the module doc's definition.
+    fn reference(
+        a: &Attention,
+        q: &[f64],
+        k: &[f64],
+        v: &[f64],
+        ex: &AttnExtras<'_, f64>,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let (nh, tq, tk, dqk, dv) = (a.n_heads, a.t_q, a.t_k, a.d_qk, a.d_v);
+        let mut pat = vec![0.0; nh * tq * tk];
+        let mut z = vec![0.0; tq * nh * dv];
+        for h in 0..nh {
+            for i in 0..tq {
+                let logit = |j: usize| {
+                    let s: f64 = (0..dqk)
+                        .map(|c| q[(i * nh + h) * dqk + c] * k[(j * nh + h) * dqk + c])
+                        .sum();
+                    a.scale * s + ex.bias.map_or(0.0, |b| b[(h * tq + i) * tk + j])
+                };
+                let ok: Vec<usize> = (0..tk).filter(|&j| a.allowed(ex, h, i, j)).collect();
+                let m = ok
+                    .iter()
+                    .map(|&j| logit(j))
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = ok.iter().map(|&j| (logit(j) - m).exp()).sum();
+                for &j in &ok {
+                    let p = (logit(j) - m).exp() / s;
+                    pat[(h * tq + i) * tk + j] = p;
+                    for c in 0..dv {
+                        z[(i * nh + h) * dv + c] += p * v[(j * nh + h) * dv + c];
+                    }
+                }
+            }
+        }
+        (z, pat)
+    }
+
+    struct Case {
+        a: Attention,
+        q: Vec<f64>,
+        k: Vec<f64>,
+        v: Vec<f64>,
+        bias: Vec<f64>,
+        mask: Vec<bool>,
+        key_mask: Vec<bool>,
+    }
+
+    fn case(seed: u64, causal: bool, t_q: usize) -> Case {
+        let a = Attention::new(2, t_q, 4, 3, 2).with_causal(causal);
+        let mut r = rng(seed);
+        let mut big = |n| {
+            uniform(&mut r, n)
+                .iter()
+                .map(|x| 2.0 * x)
+                .collect::<Vec<_>>()
+        };
+        Case {
+            q: big(a.t_q * 2 * 3),
+            k: big(4 * 2 * 3),
+            v: big(4 * 2 * 2),
+            bias: big(a.pattern_len()),
+            // head 0 loses key 1 for query 0; everything else allowed
+            mask: (0..a.pattern_len()).map(|i| i != 1).collect(),
+            key_mask: vec![true, true, false, true],
+            a,
+        }
+    }
+
+    #[test]
+    fn forward_matches_reference_loops() {
+        for (causal, tq) in [(false, 4), (true, 4), (true, 2), (false, 3)] {
+            let c = case(5, causal, tq);
+            let ex = AttnExtras {
+                bias: Some(&c.bias[..]),
+                mask: Some(&c.mask[..]),
+                key_mask: Some(&c.key_mask[..]),
+            };
+            let mut z = vec![0.0; tq * 2 * 2];
+            let mut pat = vec![0.0; c.a.pattern_len()];
+            c.a.forward(&mut z, &mut pat, &c.q, &c.k, &c.v, &ex);
+            let (zr, pr) = reference(&c.a, &c.q, &c.k, &c.v, &ex);
+            assert_close("z", &z, &zr, 1e-12);
+            assert_close("pattern", &pat, &pr, 1e-12);
+            // key 2 is masked everywhere: exact zeros
+            assert!((0..2 * tq).all(|r| pat[r * 4 + 2] == 0.0));
+        }
+    }
+
+    #[test]
+    fn fully_masked_query_gives_zero_output_and_gradient() {
+        let a = Attention::new(1, 2, 2, 2, 2);
+        let (q, k, v) = (vec![1.0; 4], vec![0.5; 4], vec![3.0; 4]);
+        let mask = [false, false, true, false]; // query 0 sees nothing
+        let ex = AttnExtras {
+            mask: Some(&mask[..]),
+            ..Default::default()
+        };
+        let (mut z, mut pat) = (vec![9.0; 4], vec![9.0; 4]);
+        a.forward(&mut z, &mut pat, &q, &k, &v, &ex);
+        assert_eq!(z, [0.0, 0.0, 3.0, 3.0]);
+        assert_eq!(pat, [0.0, 0.0, 1.0, 0.0]);
+        let (mut dq, mut dk, mut dv, mut db, mut s) = (
+            vec![0.0f64; 4],
+            vec![0.0; 4],
+            vec![0.0; 4],
+            vec![0.0; 4],
+            vec![0.0; 4],
+        );
+        a.backward(
+            &mut dq,
+            &mut dk,
+            &mut dv,
+            Some(&mut db),
+            &mut s,
+            &[1.0; 4],
+            &pat,
+            &q,
+            &k,
+            &v,
+        );
+        assert!(dq
+            .iter()
+            .chain(&dk)
+            .chain(&dv)
+            .chain(&db)
+            .all(|x| x.is_finite()));
+        assert_eq!(&dq[..2], &[0.0, 0.0]);
+        assert_eq!(dv, [1.0, 1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn gradcheck_q_k_v_bias() {
+        for (causal, tq, seed) in [(false, 4, 6), (true, 4, 7), (true, 3, 8)] {
+            let c = case(seed, causal, tq);
+            let a = c.a;
+            let mut r = rng(seed + 100);
+            let seed_z = uniform(&mut r, tq * 2 * 2);
+            let run = |q: &[f64], k: &[f64], v: &[f64], bias: &[f64]| {
+                let ex = AttnExtras {
+                    bias: Some(bias),
+                    mask: Some(&c.mask[..]),
+                    key_mask: Some(&c.key_mask[..]),
+                };
+                let mut z = vec![0.0; tq * 2 * 2];
+                let mut pat = vec![0.0; a.pattern_len()];
+                a.forward(&mut z, &mut pat, q, k, v, &ex);
+                (dot(&z, &seed_z), pat)
+            };
+            let (_, pat) = run(&c.q, &c.k, &c.v, &c.bias);
+            let (dq0, dk0, dv0, db0) = (
+                uniform(&mut r, c.q.len()),
+                uniform(&mut r, c.k.len()),
+                uniform(&mut r, c.v.len()),
+                uniform(&mut r, c.bias.len()),
+            );
+            let (mut dq, mut dk, mut dv, mut db) =
+                (dq0.clone(), dk0.clone(), dv0.clone(), db0.clone());
+            let mut scratch = vec![f64::NAN; tq * 4];
+            a.backward(
+                &mut dq,
+                &mut dk,
+                &mut dv,
+                Some(&mut db),
+                &mut scratch,
+                &seed_z,
+                &pat,
+                &c.q,
+                &c.k,
+                &c.v,
+            );
+            assert_grad(
+                "attn dq",
+                &mut |x: &[f64]| run(x, &c.k, &c.v, &c.bias).0,
+                &c.q,
+                &accumulated(&dq, &dq0),
+            );
+            assert_grad(
+                "attn dk",
+                &mut |x: &[f64]| run(&c.q, x, &c.v, &c.bias).0,
+                &c.k,
+                &accumulated(&dk, &dk0),
+            );
+            assert_grad(
+                "attn dv",
+                &mut |x: &[f64]| run(&c.q, &c.k, x, &c.bias).0,
+                &c.v,
+                &accumulated(&dv, &dv0),
+            );
+            assert_grad(
+                "attn dbias",
+                &mut |x: &[f64]| run(&c.q, &c.k, &c.v, x).0,
+                &c.bias,
+                &accumulated(&db, &db0),
+            );
+        }
+    }
+
+    fn run_generic<T: Float>(c: &Case, dz: &[f64]) -> Vec<f64> {
+        let (q, k, v, bias, dz) = (
+            cast::<T>(&c.q),
+            cast::<T>(&c.k),
+            cast::<T>(&c.v),
+            cast::<T>(&c.bias),
+            cast::<T>(dz),
+        );
+        let ex = AttnExtras {
+            bias: Some(&bias[..]),
+            mask: None,
+            key_mask: Some(&c.key_mask[..]),
+        };
+        let mut z = vec![T::zero(); dz.len()];
+        let mut pat = vec![T::zero(); c.a.pattern_len()];
+        c.a.forward(&mut z, &mut pat, &q, &k, &v, &ex);
+        let (mut dq, mut dk, mut dv) = (
+            vec![T::zero(); q.len()],
+            vec![T::zero(); k.len()],
+            vec![T::zero(); v.len()],
+        );
+        let mut s = vec![T::zero(); c.a.t_q * c.a.t_k];
+        c.a.backward(
+            &mut dq, &mut dk, &mut dv, None, &mut s, &dz, &pat, &q, &k, &v,
+        );
+        [z, pat, dq, dk, dv]
+            .iter()
+            .flat_map(|x| to_f64(x))
+            .collect()
+    }
+
+    #[test]
+    fn f32_matches_f64() {
+        let c = case(9, true, 4);
+        let dz = uniform(&mut rng(10), 4 * 2 * 2);
+        assert_close(
+            "attn f32",
+            &run_generic::<f32>(&c, &dz),
+            &run_generic::<f64>(&c, &dz),
+            1e-5,
+        );
+    }
+}
