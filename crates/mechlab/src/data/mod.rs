@@ -1,2 +1,4 @@
 //! Data: seeded synthetic generators for each paper, and adapters over the
 //! real-text corpora of [`mechlab_corpora`].
+
+pub mod markov;
