@@ -21,7 +21,12 @@ macro_rules! preset {
 }
 
 /// Every preset, in `mechlab list` order.
-pub const PRESETS: &[Preset] = &[];
+pub const PRESETS: &[Preset] = &[
+    preset!("induction-simplified"),
+    preset!("induction-staged"),
+    preset!("induction-bigram"),
+    preset!("induction-noncontiguous"),
+];
 
 /// The preset called `name`.
 pub fn find(name: &str) -> Option<&'static Preset> {

@@ -12,6 +12,8 @@ use crate::run::{RunCtx, RunError};
 use crate::train::TrainError;
 use thiserror::Error;
 
+pub mod induction;
+
 /// Why an experiment failed.
 #[derive(Debug, Error)]
 pub enum ExperimentError {
@@ -56,7 +58,7 @@ pub struct ReproduceItem {
 
 /// Every registered experiment.
 pub fn all() -> Vec<&'static dyn Experiment> {
-    vec![]
+    vec![&induction::Induction]
 }
 
 /// The experiment registered as `name`.

@@ -34,7 +34,7 @@ use mechlab_engine::{param, Float, Param, Parameters};
 use rayon::prelude::*;
 
 /// Sequences per work chunk: fixed, so the summation order never depends on threads.
-pub const CHUNK: usize = 64;
+pub const CHUNK: usize = 256;
 /// The `ε` of the unit-norm scaling, as in the authors' code.
 pub const NORM_EPS: f64 = 1e-7;
 
@@ -118,40 +118,40 @@ pub fn subset_name(mask: u32, n_heads: usize) -> String {
 
 /// Per-chunk scratch and gradient partials.
 struct Work<T> {
-    // per sequence, reused: [L+1, H, S], [L+1, H]
-    u: Vec<T>,
-    norm: Vec<T>,
-    v: Vec<T>,
-    dv: Vec<T>,
-    ip: Vec<T>,  // [L, H]: ⟨v_L^h, v_l^h⟩
-    num: Vec<T>, // [L]: Σ_δ c_δ² K_δ(l)
-    p: Vec<T>,   // [L]: layer-2 pattern
-    // chunk partials
-    d_pat: Vec<T>, // [H, L+1, H]
-    dc: Vec<T>,
-    da: T,
+    c0: Vec<usize>, // [L+1]: code of the H tokens before each position (head 0's window)
+    kc: Vec<usize>, // [L, H]: key code of head h at key l
+    ipv: Vec<T>,    // [L, H]: ReLU(⟨v_L^h, v_l^h⟩)
+    num: Vec<T>,    // [L]: Σ_δ c_δ² K_δ(l)
+    p: Vec<T>,      // [L]: blocks.1.attn.hook_pattern (query L)
+    d_ip: Vec<T>,   // [H, NQ, C]: gradient of the ip tables
+    sk: Vec<T>,     // [n_sub]: Σ_l ds_l K_δ(l)
+    sn: T,          // Σ_l ds_l N(l)
     loss: T,
 }
 
 impl<T: Float> Work<T> {
-    fn new(l: usize, h: usize, s: usize, n_sub: usize) -> Self {
+    fn new(l: usize, h: usize, n_sub: usize, ip_len: usize) -> Self {
         Work {
-            u: vec![T::zero(); (l + 1) * h * s],
-            norm: vec![T::zero(); (l + 1) * h],
-            v: vec![T::zero(); (l + 1) * h * s],
-            dv: vec![T::zero(); (l + 1) * h * s],
-            ip: vec![T::zero(); l * h],
+            c0: vec![0; l + 1],
+            kc: vec![0; l * h],
+            ipv: vec![T::zero(); l * h],
             num: vec![T::zero(); l],
             p: vec![T::zero(); l],
-            d_pat: vec![T::zero(); h * (l + 1) * h],
-            dc: vec![T::zero(); n_sub],
-            da: T::zero(),
+            d_ip: vec![T::zero(); ip_len],
+            sk: vec![T::zero(); n_sub],
+            sn: T::zero(),
             loss: T::zero(),
         }
     }
 }
 
-/// The model: parameters, its subsets, and preallocated workspaces.
+/// The model: parameters, its subsets, the per-step code tables and workspaces.
+///
+/// Why tables: head `h`'s normalised output at a position depends only on the `H`
+/// tokens in its window (or "missing" before the start), one of `C = (S+1)^H`
+/// codes; so `⟨v_L^h, v_l^h⟩` is a lookup in a `[S^H, C]` table built once per step,
+/// and the backward scatters into that table's gradient, which is pushed through
+/// the normalisation and the layer-1 softmax once per step, not once per sequence.
 pub struct Simplified<T: Float> {
     pub cfg: SimplifiedConfig,
     /// `blocks.0.attn.W_pos` `[2H-1, H]`: `W[r-1, h]` is head `h`'s logit for distance `r`.
@@ -161,10 +161,22 @@ pub struct Simplified<T: Float> {
     /// `blocks.1.attn.a` `[1]`: the classifier's scale.
     pub a: Param<T>,
     pub subsets: Vec<u32>,
-    /// `blocks.0.attn.hook_pattern` `[head, query_pos (0..=L), dist offset j]`:
-    /// head h's weight on distance `h+1+j` at position i (zero where absent).
+    /// `blocks.0.attn.hook_pattern` by window: `[head, m (distances present, 0..=H), j]`,
+    /// head h's weight on distance `h+1+j` when its first `m` distances exist.
     pub pattern: Vec<T>,
-    /// The sequence length the workspaces are sized for.
+    n_codes: usize,
+    n_q: usize,
+    q_code: Vec<usize>,
+    q_index: Vec<usize>,
+    u_tab: Vec<T>,                         // [H, C, S]
+    norm_tab: Vec<T>,                      // [H, C]
+    v_tab: Vec<T>,                         // [H, C, S]
+    ip_raw: Vec<T>,                        // [H, NQ, C]
+    d_ip: Vec<T>,                          // [H, NQ, C]
+    dv_tab: Vec<T>,                        // [H, C, S]
+    d_pat: Vec<T>,                         // [H, H+1, H]
+    sk_tot: Vec<T>,                        // [n_sub]
+    active: Vec<(usize, [u8; 16], usize)>, // (subset index, members, |δ|) with δ_0 = 0
     l: usize,
     work: Vec<Work<T>>,
     train_w: bool,
@@ -172,9 +184,28 @@ pub struct Simplified<T: Float> {
     train_a: bool,
 }
 
+/// Largest `H · S^H · (S+1)^H` (the per-chunk table gradient) the model accepts.
+pub const MAX_TABLE: usize = 1 << 20;
+
 impl<T: Float> Simplified<T> {
+    /// Checks that the table form fits: `H · S^H · (S+1)^H ≤ MAX_TABLE`.
+    pub fn check_size(d_vocab: usize, n_heads: usize) -> Result<(), String> {
+        let (s, h) = (d_vocab as u64, n_heads as u32);
+        let n = (n_heads as u64)
+            .saturating_mul(s.saturating_pow(h))
+            .saturating_mul((s + 1).saturating_pow(h));
+        if n > MAX_TABLE as u64 || n_heads > 15 {
+            return Err(format!(
+                "model: H · S^H · (S+1)^H = {n} exceeds {MAX_TABLE} (S = {d_vocab}, H = {n_heads})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Panics if [`Simplified::check_size`] fails (check it first on user input).
     pub fn new(cfg: &SimplifiedConfig) -> Self {
-        let h = cfg.n_heads;
+        Self::check_size(cfg.d_vocab, cfg.n_heads).expect("model size checked by the caller");
+        let (h, s) = (cfg.n_heads, cfg.d_vocab);
         let nd = 2 * h - 1;
         let mut w = vec![T::of(cfg.w_minus); nd * h];
         for k in 0..h {
@@ -182,6 +213,39 @@ impl<T: Float> Simplified<T> {
         }
         let subsets = subsets(h, cfg.degree);
         let n_sub = subsets.len();
+        let n_codes = (s + 1).pow(h as u32);
+        let n_q = s.pow(h as u32);
+        let mut q_code = Vec::with_capacity(n_q);
+        let mut q_index = vec![usize::MAX; n_codes];
+        for code in 0..n_codes {
+            let mut c = code;
+            let full = (0..h).all(|_| {
+                let t = c % (s + 1);
+                c /= s + 1;
+                t < s
+            });
+            if full {
+                q_index[code] = q_code.len();
+                q_code.push(code);
+            }
+        }
+        let active = subsets
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| *m & 1 == 0)
+            .map(|(i, m)| {
+                let mut mem = [0u8; 16];
+                let mut k = 0;
+                for hd in 0..h {
+                    if m & (1 << (hd + 1)) != 0 {
+                        mem[k] = hd as u8;
+                        k += 1;
+                    }
+                }
+                (i, mem, k)
+            })
+            .collect();
+        let z = |n: usize| vec![T::zero(); n];
         Simplified {
             cfg: cfg.clone(),
             w: param("blocks.0.attn.W_pos", "W", &[nd, h], w),
@@ -193,7 +257,20 @@ impl<T: Float> Simplified<T> {
             ),
             a: param("blocks.1.attn.a", "a", &[1], vec![T::of(cfg.a_init)]),
             subsets,
-            pattern: Vec::new(),
+            pattern: z(h * (h + 1) * h),
+            n_codes,
+            n_q,
+            q_code,
+            q_index,
+            u_tab: z(h * n_codes * s),
+            norm_tab: z(h * n_codes),
+            v_tab: z(h * n_codes * s),
+            ip_raw: z(h * n_q * n_codes),
+            d_ip: z(h * n_q * n_codes),
+            dv_tab: z(h * n_codes * s),
+            d_pat: z(h * (h + 1) * h),
+            sk_tot: z(n_sub),
+            active,
             l: 0,
             work: Vec::new(),
             train_w: true,
@@ -211,52 +288,71 @@ impl<T: Float> Simplified<T> {
     }
 
     /// Sizes the workspaces for `n` sequences of length `l` (allocates only when
-    /// the shape changes, i.e. never inside training).
+    /// the shape grows, i.e. never inside training).
     pub fn reserve(&mut self, n: usize, l: usize) {
-        let (h, s) = (self.cfg.n_heads, self.cfg.d_vocab);
-        let chunks = n.div_ceil(CHUNK);
+        let h = self.cfg.n_heads;
         if self.l != l {
             self.work.clear();
             self.l = l;
-            self.pattern = vec![T::zero(); h * (l + 1) * h];
         }
-        while self.work.len() < chunks {
-            self.work.push(Work::new(l, h, s, self.subsets.len()));
+        let ip_len = self.d_ip.len();
+        while self.work.len() < n.div_ceil(CHUNK) {
+            self.work.push(Work::new(l, h, self.subsets.len(), ip_len));
         }
     }
 
-    /// Layer-1 pattern for every position: softmax over the distances that exist.
-    fn compute_pattern(&mut self) {
-        let h = self.cfg.n_heads;
-        let l = self.l;
+    /// Rebuilds the layer-1 patterns and the code tables from `W`.
+    fn prepare(&mut self) {
+        let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.n_codes);
         let w = self.w.value();
         for hd in 0..h {
-            for i in 0..=l {
-                let row = &mut self.pattern[(hd * (l + 1) + i) * h..(hd * (l + 1) + i + 1) * h];
-                let mut mx = T::neg_infinity();
-                for j in 0..h {
-                    if hd + 1 + j <= i {
-                        mx = mx.max(w[(hd + j) * h + hd]);
-                    }
+            for m in 0..=h {
+                let row = &mut self.pattern[(hd * (h + 1) + m) * h..(hd * (h + 1) + m + 1) * h];
+                row.iter_mut().for_each(|x| *x = T::zero());
+                if m == 0 {
+                    continue;
                 }
+                let mx = (0..m)
+                    .map(|j| w[(hd + j) * h + hd])
+                    .fold(T::neg_infinity(), T::max);
                 let mut sum = T::zero();
-                for j in 0..h {
-                    row[j] = if hd + 1 + j <= i {
-                        (w[(hd + j) * h + hd] - mx).exp()
-                    } else {
-                        T::zero()
-                    };
+                for j in 0..m {
+                    row[j] = (w[(hd + j) * h + hd] - mx).exp();
                     sum += row[j];
                 }
-                if sum > T::zero() {
-                    row.iter_mut().for_each(|x| *x /= sum);
+                row[..m].iter_mut().for_each(|x| *x /= sum);
+            }
+        }
+        let eps = T::of(NORM_EPS);
+        for hd in 0..h {
+            for code in 0..nc {
+                let o = (hd * nc + code) * s;
+                let u = &mut self.u_tab[o..o + s];
+                u.iter_mut().for_each(|x| *x = T::zero());
+                let (m, toks) = window(code, s, h);
+                let pat = &self.pattern[(hd * (h + 1) + m) * h..];
+                for j in 0..m {
+                    u[toks[j]] += pat[j];
+                }
+                let n = u.iter().map(|x| *x * *x).sum::<T>().sqrt();
+                self.norm_tab[hd * nc + code] = n;
+                for k in 0..s {
+                    self.v_tab[o + k] = self.u_tab[o + k] / (n + eps);
+                }
+            }
+            for qi in 0..self.n_q {
+                let qo = (hd * nc + self.q_code[qi]) * s;
+                for code in 0..nc {
+                    let o = (hd * nc + code) * s;
+                    let d: T = (0..s).map(|k| self.v_tab[qo + k] * self.v_tab[o + k]).sum();
+                    self.ip_raw[(hd * self.n_q + qi) * nc + code] = d;
                 }
             }
         }
     }
 
-    /// Head `h`'s weight on distance `h+1+j` at a position with every distance
-    /// present: `[H, H]` (head, offset).
+    /// Head `h`'s weight on each distance `1..=2H-1` at a position where every
+    /// distance exists: `[H, 2H-1]` (head, distance − 1).
     pub fn interior_pattern(&self) -> Vec<f64> {
         let h = self.cfg.n_heads;
         let nd = 2 * h - 1;
@@ -299,27 +395,35 @@ impl<T: Float> Simplified<T> {
 
     /// Mean loss over the sequences in `tokens` (`[n, l+1]`, target last); with
     /// `grad`, accumulates the mean's gradient into the trained parameters.
+    /// Needs `l ≥ 2H − 1` (the query sees every distance).
     pub fn loss(&mut self, tokens: &[u8], l: usize, grad: bool) -> T {
         self.run(tokens, l, grad, None)
     }
 
-    /// Predicted distributions `[n, S]` (no gradient).
+    /// Predicted distributions `[n, S]` into `out` (no gradient); returns the loss.
     pub fn predict(&mut self, tokens: &[u8], l: usize, out: &mut [T]) -> T {
         self.run(tokens, l, false, Some(out))
     }
 
     fn run(&mut self, tokens: &[u8], l: usize, grad: bool, out: Option<&mut [T]>) -> T {
         let n = tokens.len() / (l + 1);
+        let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.n_codes);
+        assert!(l + 1 >= 2 * h, "sequence length {l} < 2H - 1");
         self.reserve(n, l);
-        self.compute_pattern();
-        let (h, s) = (self.cfg.n_heads, self.cfg.d_vocab);
+        self.prepare();
+        let c = self.c.value();
+        let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
         let ctx = Ctx {
             h,
             s,
             l,
-            pattern: &self.pattern,
-            subsets: &self.subsets,
-            c: self.c.value(),
+            nc,
+            nq: self.n_q,
+            q_index: &self.q_index,
+            ip_raw: &self.ip_raw,
+            active: &self.active,
+            c,
+            z,
             a: self.a.value()[0],
             loss: self.cfg.loss,
             floor: T::of(self.cfg.nll_floor),
@@ -327,74 +431,107 @@ impl<T: Float> Simplified<T> {
             grad,
         };
         let chunks = n.div_ceil(CHUNK);
-        let mut dummy = Vec::new();
-        let out = match out {
-            Some(o) => o,
-            None => &mut dummy[..],
-        };
-        let with_out = !out.is_empty();
-        let mut outs: Vec<&mut [T]> = if with_out {
-            out.chunks_mut(CHUNK * s).collect()
-        } else {
-            Vec::new()
-        };
         let work = &mut self.work[..chunks];
-        if with_out {
-            work.par_iter_mut()
-                .zip(outs.par_iter_mut())
+        let per = |ci: usize| &tokens[ci * CHUNK * (l + 1)..((ci + 1) * CHUNK).min(n) * (l + 1)];
+        match out {
+            Some(o) => {
+                let mut outs: Vec<&mut [T]> = o.chunks_mut(CHUNK * s).collect();
+                work.par_iter_mut()
+                    .zip(outs.par_iter_mut())
+                    .enumerate()
+                    .for_each(|(ci, (wk, o))| ctx.chunk(wk, per(ci), Some(o)));
+            }
+            None => work
+                .par_iter_mut()
                 .enumerate()
-                .for_each(|(ci, (wk, o))| {
-                    let end = ((ci + 1) * CHUNK).min(n);
-                    ctx.chunk(wk, &tokens[ci * CHUNK * (l + 1)..end * (l + 1)], Some(o));
-                });
-        } else {
-            work.par_iter_mut().enumerate().for_each(|(ci, wk)| {
-                let end = ((ci + 1) * CHUNK).min(n);
-                ctx.chunk(wk, &tokens[ci * CHUNK * (l + 1)..end * (l + 1)], None);
-            });
+                .for_each(|(ci, wk)| ctx.chunk(wk, per(ci), None)),
         }
-        let scale = ctx.scale;
+        let (scale, a, z) = (ctx.scale, ctx.a, ctx.z);
         // reduce in chunk order
         let mut loss = T::zero();
+        let mut sn = T::zero();
+        let sk = &mut self.sk_tot;
+        sk.iter_mut().for_each(|x| *x = T::zero());
         for wk in self.work[..chunks].iter() {
             loss += wk.loss;
         }
-        if grad {
-            if self.train_a {
-                let mut da = T::zero();
-                for wk in self.work[..chunks].iter() {
-                    da += wk.da;
-                }
-                self.a.grad_mut()[0] += da;
+        if !grad {
+            return loss * scale;
+        }
+        for wk in self.work[..chunks].iter() {
+            sn += wk.sn;
+            for (acc, v) in sk.iter_mut().zip(&wk.sk) {
+                *acc += *v;
             }
-            if self.train_c {
-                let dc = self.c.grad_mut();
-                for wk in self.work[..chunks].iter() {
-                    for (g, d) in dc.iter_mut().zip(&wk.dc) {
-                        *g += *d;
+        }
+        if self.train_a {
+            self.a.grad_mut()[0] += sn / z;
+        }
+        if self.train_c {
+            // ∂s_l/∂c_δ = 2 a c_δ (K_δ(l) − N(l)/Z) / Z
+            for &(i, _, _) in &self.active {
+                let ci = self.c.value()[i];
+                self.c.grad_mut()[i] += T::of(2.0) * a * ci * (self.sk_tot[i] - sn / z) / z;
+            }
+        }
+        if !self.train_w {
+            return loss * scale;
+        }
+        self.d_ip.iter_mut().for_each(|x| *x = T::zero());
+        for wk in self.work[..chunks].iter() {
+            for (acc, v) in self.d_ip.iter_mut().zip(&wk.d_ip) {
+                *acc += *v;
+            }
+        }
+        // ip tables → v tables → u tables → patterns → W
+        self.dv_tab.iter_mut().for_each(|x| *x = T::zero());
+        for hd in 0..h {
+            for qi in 0..self.n_q {
+                let qo = (hd * nc + self.q_code[qi]) * s;
+                for code in 0..nc {
+                    let t = (hd * self.n_q + qi) * nc + code;
+                    let d = self.d_ip[t];
+                    if d == T::zero() || self.ip_raw[t] <= T::zero() {
+                        continue;
+                    }
+                    let o = (hd * nc + code) * s;
+                    for k in 0..s {
+                        let (vq, vk) = (self.v_tab[qo + k], self.v_tab[o + k]);
+                        self.dv_tab[qo + k] += d * vk;
+                        self.dv_tab[o + k] += d * vq;
                     }
                 }
             }
-            if self.train_w {
-                // chunk 0 accumulates the others' pattern gradients, then the softmax
-                let (first, rest) = self.work[..chunks].split_at_mut(1);
-                for wk in rest.iter() {
-                    for (g, d) in first[0].d_pat.iter_mut().zip(&wk.d_pat) {
-                        *g += *d;
-                    }
+        }
+        let eps = T::of(NORM_EPS);
+        self.d_pat.iter_mut().for_each(|x| *x = T::zero());
+        for hd in 0..h {
+            for code in 0..nc {
+                let nrm = self.norm_tab[hd * nc + code];
+                if nrm <= T::zero() {
+                    continue;
                 }
-                let dpat = &first[0].d_pat;
-                let dw = self.w.grad_mut();
-                for hd in 0..h {
-                    for i in 0..=l {
-                        let o = (hd * (l + 1) + i) * h;
-                        let a = &self.pattern[o..o + h];
-                        let g = &dpat[o..o + h];
-                        let dot: T = (0..h).map(|j| a[j] * g[j]).sum();
-                        for j in 0..h {
-                            dw[(hd + j) * h + hd] += a[j] * (g[j] - dot);
-                        }
-                    }
+                let o = (hd * nc + code) * s;
+                let ne = nrm + eps;
+                let dot: T = (0..s).map(|k| self.dv_tab[o + k] * self.u_tab[o + k]).sum();
+                let coef = dot / (nrm * ne * ne);
+                let (m, toks) = window(code, s, h);
+                let po = (hd * (h + 1) + m) * h;
+                for j in 0..m {
+                    let k = toks[j];
+                    self.d_pat[po + j] += self.dv_tab[o + k] / ne - self.u_tab[o + k] * coef;
+                }
+            }
+        }
+        let dw = self.w.grad_mut();
+        for hd in 0..h {
+            for m in 1..=h {
+                let po = (hd * (h + 1) + m) * h;
+                let pat = &self.pattern[po..po + m];
+                let g = &self.d_pat[po..po + m];
+                let dot: T = (0..m).map(|j| pat[j] * g[j]).sum();
+                for j in 0..m {
+                    dw[(hd + j) * h + hd] += pat[j] * (g[j] - dot);
                 }
             }
         }
@@ -402,14 +539,34 @@ impl<T: Float> Simplified<T> {
     }
 }
 
+/// The tokens of a window code (`t_j`, `j = 0` nearest) and how many leading
+/// distances exist before the first missing one.
+fn window(code: usize, s: usize, h: usize) -> (usize, [usize; 16]) {
+    let mut toks = [0usize; 16];
+    let mut c = code;
+    let mut m = h;
+    for (j, t) in toks.iter_mut().enumerate().take(h) {
+        *t = c % (s + 1);
+        c /= s + 1;
+        if *t == s && m == h {
+            m = j;
+        }
+    }
+    (m, toks)
+}
+
 /// What every chunk reads.
 struct Ctx<'a, T> {
     h: usize,
     s: usize,
     l: usize,
-    pattern: &'a [T],
-    subsets: &'a [u32],
+    nc: usize,
+    nq: usize,
+    q_index: &'a [usize],
+    ip_raw: &'a [T],
+    active: &'a [(usize, [u8; 16], usize)],
     c: &'a [T],
+    z: T,
     a: T,
     loss: LossKind,
     floor: T,
@@ -419,76 +576,49 @@ struct Ctx<'a, T> {
 
 impl<T: Float> Ctx<'_, T> {
     fn chunk(&self, wk: &mut Work<T>, tokens: &[u8], mut out: Option<&mut &mut [T]>) {
-        let (h, s, l) = (self.h, self.s, self.l);
+        let (h, s, l, nc, nq) = (self.h, self.s, self.l, self.nc, self.nq);
         wk.loss = T::zero();
         if self.grad {
-            wk.d_pat.iter_mut().for_each(|x| *x = T::zero());
-            wk.dc.iter_mut().for_each(|x| *x = T::zero());
-            wk.da = T::zero();
+            wk.d_ip.iter_mut().for_each(|x| *x = T::zero());
+            wk.sk.iter_mut().for_each(|x| *x = T::zero());
+            wk.sn = T::zero();
         }
-        // Z = Σ_{δ_0 = 0} c_δ²
-        let z: T = self
-            .subsets
-            .iter()
-            .zip(self.c)
-            .filter(|(m, _)| *m & 1 == 0)
-            .map(|(_, c)| *c * *c)
-            .sum();
-        let eps = T::of(NORM_EPS);
+        let top = nc / (s + 1); // (S+1)^(H-1)
+        let az = self.a / self.z;
+        let mut qi = [0usize; 16];
         let mut yhat = [T::zero(); 64];
         let mut g = [T::zero(); 64];
         for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
             let x = &seq[..l];
             let y = seq[l] as usize;
-            // --- layer 1: u_i^h, v_i^h  [L+1, H, S] ---
-            wk.u.iter_mut().for_each(|v| *v = T::zero());
-            for hd in 0..h {
-                for i in 0..=l {
-                    let pat = &self.pattern[(hd * (l + 1) + i) * h..(hd * (l + 1) + i + 1) * h];
-                    let o = (i * h + hd) * s;
-                    for (j, &aw) in pat.iter().enumerate() {
-                        let r = hd + 1 + j;
-                        if r <= i {
-                            wk.u[o + x[i - r] as usize] += aw;
-                        }
-                    }
-                    let nrm = wk.u[o..o + s].iter().map(|v| *v * *v).sum::<T>().sqrt();
-                    wk.norm[i * h + hd] = nrm;
-                    let inv = T::one() / (nrm + eps);
-                    for k in 0..s {
-                        wk.v[o + k] = wk.u[o + k] * inv;
-                    }
-                }
+            // --- codes: c0(i) = the H tokens before position i, nearest first ---
+            wk.c0[0] = nc - 1;
+            for i in 1..=l {
+                wk.c0[i] = x[i - 1] as usize + (s + 1) * (wk.c0[i - 1] % top);
             }
-            // --- layer 2 at the query L: ip, kernel, logits ---
-            let q = l * h * s;
-            for i in 0..l {
-                for hd in 0..h {
-                    let o = (i * h + hd) * s;
-                    let d: T = (0..s).map(|k| wk.v[q + hd * s + k] * wk.v[o + k]).sum();
-                    wk.ip[i * h + hd] = d.max(T::zero());
-                }
+            for (hd, q) in qi.iter_mut().enumerate().take(h) {
+                *q = self.q_index[wk.c0[l - hd]];
             }
+            // --- layer 2 logits at the query: s_l = a N(l) / Z ---
             let mut mx = T::neg_infinity();
             for i in 0..l {
-                let ip = &wk.ip[i * h..(i + 1) * h];
+                for hd in 0..h {
+                    let kc = if i >= hd { wk.c0[i - hd] } else { nc - 1 };
+                    wk.kc[i * h + hd] = kc;
+                    wk.ipv[i * h + hd] = self.ip_raw[(hd * nq + qi[hd]) * nc + kc].max(T::zero());
+                }
+                let ip = &wk.ipv[i * h..(i + 1) * h];
                 let mut num = T::zero();
-                for (m, c) in self.subsets.iter().zip(self.c) {
-                    if m & 1 != 0 {
-                        continue; // the query's raw token is zero: K_δ = 0
+                for (si, mem, k) in self.active {
+                    let mut v = self.c[*si] * self.c[*si];
+                    for &m in &mem[..*k] {
+                        v *= ip[m as usize];
                     }
-                    let mut k = *c * *c;
-                    for (hd, v) in ip.iter().enumerate() {
-                        if m & (1 << (hd + 1)) != 0 {
-                            k *= *v;
-                        }
-                    }
-                    num += k;
+                    num += v;
                 }
                 wk.num[i] = num;
-                let si = self.a * num / z;
-                wk.p[i] = si;
-                mx = mx.max(si);
+                wk.p[i] = az * num;
+                mx = mx.max(wk.p[i]);
             }
             let mut sum = T::zero();
             for i in 0..l {
@@ -496,8 +626,9 @@ impl<T: Float> Ctx<'_, T> {
                 sum += wk.p[i];
             }
             yhat[..s].iter_mut().for_each(|v| *v = T::zero());
+            let inv = T::one() / sum;
             for i in 0..l {
-                wk.p[i] /= sum;
+                wk.p[i] *= inv;
                 yhat[x[i] as usize] += wk.p[i];
             }
             // --- loss and dL/dŷ ---
@@ -512,8 +643,7 @@ impl<T: Float> Ctx<'_, T> {
                     g[y] -= T::one();
                 }
                 LossKind::Nll => {
-                    let py = yhat[y].max(self.floor);
-                    wk.loss -= py.ln();
+                    wk.loss -= yhat[y].max(self.floor).ln();
                     g[..s].iter_mut().for_each(|v| *v = T::zero());
                     if yhat[y] > self.floor {
                         g[y] = -T::one() / yhat[y];
@@ -527,74 +657,38 @@ impl<T: Float> Ctx<'_, T> {
                 continue;
             }
             g[..s].iter_mut().for_each(|v| *v *= self.scale);
-            // --- backward: layer-2 softmax ---
-            let pg: T = (0..l).map(|i| wk.p[i] * g[x[i] as usize]).sum();
-            let az = self.a / z;
-            wk.dv.iter_mut().for_each(|v| *v = T::zero());
+            // --- backward through the layer-2 softmax and the kernel ---
+            let pg: T = (0..s).map(|k| yhat[k] * g[k]).sum();
             for i in 0..l {
                 let ds = wk.p[i] * (g[x[i] as usize] - pg);
-                let num = wk.num[i];
-                wk.da += ds * num / z;
-                let ip = &wk.ip[i * h..(i + 1) * h];
-                let mut dip = [T::zero(); 32];
-                for (si, (m, c)) in self.subsets.iter().zip(self.c).enumerate() {
-                    if m & 1 != 0 {
-                        continue;
-                    }
+                if ds == T::zero() {
+                    continue;
+                }
+                wk.sn += ds * wk.num[i];
+                let ip = &wk.ipv[i * h..(i + 1) * h];
+                let mut dip = [T::zero(); 16];
+                for (si, mem, k) in self.active {
+                    let c2 = self.c[*si] * self.c[*si];
                     let mut kern = T::one();
-                    for (hd, v) in ip.iter().enumerate() {
-                        if m & (1 << (hd + 1)) != 0 {
-                            kern *= *v;
-                        }
+                    for &m in &mem[..*k] {
+                        kern *= ip[m as usize];
                     }
-                    // ∂s/∂c_δ = a (2 c K / Z − N 2c / Z²)
-                    wk.dc[si] += ds * self.a * T::of(2.0) * *c * (kern - num / z) / z;
-                    for hd in 0..h {
-                        if m & (1 << (hd + 1)) == 0 || ip[hd] <= T::zero() {
-                            continue;
-                        }
-                        let mut rest = *c * *c;
-                        for (h2, v) in ip.iter().enumerate() {
-                            if h2 != hd && m & (1 << (h2 + 1)) != 0 {
-                                rest *= *v;
+                    wk.sk[*si] += ds * kern;
+                    for (a_, &m) in mem[..*k].iter().enumerate() {
+                        let mut rest = c2;
+                        for (b_, &m2) in mem[..*k].iter().enumerate() {
+                            if a_ != b_ {
+                                rest *= ip[m2 as usize];
                             }
                         }
-                        dip[hd] += ds * az * rest;
+                        dip[m as usize] += rest;
                     }
                 }
+                let f = ds * az;
                 for hd in 0..h {
-                    let d = dip[hd];
-                    if d == T::zero() {
-                        continue;
-                    }
-                    let o = (i * h + hd) * s;
-                    for k in 0..s {
-                        let vq = wk.v[q + hd * s + k];
-                        let vi = wk.v[o + k];
-                        wk.dv[q + hd * s + k] += d * vi;
-                        wk.dv[o + k] += d * vq;
-                    }
-                }
-            }
-            // --- backward: unit-norm scaling and the layer-1 pattern ---
-            for i in 0..=l {
-                for hd in 0..h {
-                    let o = (i * h + hd) * s;
-                    let nrm = wk.norm[i * h + hd];
-                    if nrm <= T::zero() {
-                        continue; // no distance exists here: u does not depend on W
-                    }
-                    let ne = nrm + eps;
-                    let dot: T = (0..s).map(|k| wk.dv[o + k] * wk.u[o + k]).sum();
-                    let coef = dot / (nrm * ne * ne);
-                    let po = (hd * (l + 1) + i) * h;
-                    for j in 0..h {
-                        let r = hd + 1 + j;
-                        if r > i {
-                            break;
-                        }
-                        let k = x[i - r] as usize;
-                        wk.d_pat[po + j] += wk.dv[o + k] / ne - wk.u[o + k] * coef;
+                    if dip[hd] != T::zero() && ip[hd] > T::zero() {
+                        let t = (hd * nq + qi[hd]) * nc + wk.kc[i * h + hd];
+                        wk.d_ip[t] += f * dip[hd];
                     }
                 }
             }

@@ -1,1 +1,3 @@
 //! Probes: measurements of a mechanism on a model and its data.
+
+pub mod induction;
