@@ -34,7 +34,7 @@ use mechlab_engine::{param, Float, Param, Parameters};
 use rayon::prelude::*;
 
 /// Sequences per work chunk: fixed, so the summation order never depends on threads.
-pub const CHUNK: usize = 256;
+pub const CHUNK: usize = 512;
 /// The `ε` of the unit-norm scaling, as in the authors' code.
 pub const NORM_EPS: f64 = 1e-7;
 
@@ -118,40 +118,22 @@ pub fn subset_name(mask: u32, n_heads: usize) -> String {
 
 /// Per-chunk scratch and gradient partials.
 struct Work<T> {
-    c0: Vec<usize>, // [L+1]: code of the H tokens before each position (head 0's window)
-    kc: Vec<usize>, // [L, H]: key code of head h at key l
-    ipv: Vec<T>,    // [L, H]: ReLU(⟨v_L^h, v_l^h⟩)
-    num: Vec<T>,    // [L]: Σ_δ c_δ² K_δ(l)
-    p: Vec<T>,      // [L]: blocks.1.attn.hook_pattern (query L)
-    d_ip: Vec<T>,   // [H, NQ, C]: gradient of the ip tables
-    sk: Vec<T>,     // [n_sub]: Σ_l ds_l K_δ(l)
-    sn: T,          // Σ_l ds_l N(l)
+    win: Vec<usize>, // [L+1]: window code of each position (the 2H-1 tokens before it)
+    kidx: Vec<u32>,  // [L]: compact key-window index of each key
+    p: Vec<T>,       // [L]: blocks.1.attn.hook_pattern (query L)
+    d_n: Vec<T>,     // [NQW, NKW]: Σ ds over the (query, key) window pairs
     loss: T,
 }
 
-impl<T: Float> Work<T> {
-    fn new(l: usize, h: usize, n_sub: usize, ip_len: usize) -> Self {
-        Work {
-            c0: vec![0; l + 1],
-            kc: vec![0; l * h],
-            ipv: vec![T::zero(); l * h],
-            num: vec![T::zero(); l],
-            p: vec![T::zero(); l],
-            d_ip: vec![T::zero(); ip_len],
-            sk: vec![T::zero(); n_sub],
-            sn: T::zero(),
-            loss: T::zero(),
-        }
-    }
-}
-
-/// The model: parameters, its subsets, the per-step code tables and workspaces.
+/// The model: parameters, its subsets, the per-step tables and workspaces.
 ///
-/// Why tables: head `h`'s normalised output at a position depends only on the `H`
-/// tokens in its window (or "missing" before the start), one of `C = (S+1)^H`
-/// codes; so `⟨v_L^h, v_l^h⟩` is a lookup in a `[S^H, C]` table built once per step,
-/// and the backward scatters into that table's gradient, which is pushed through
-/// the normalisation and the layer-1 softmax once per step, not once per sequence.
+/// Why tables: the layer-2 logit of key `l` depends on the sequence only through
+/// the `2H − 1` tokens before the query and the `2H − 1` tokens before `l` (or
+/// "missing" before the start): layer 1's pattern is the same for every sequence.
+/// So each step builds, from the parameters, the logit `N(q, k)` and `exp` of every
+/// (query window, key window) pair once; a sequence then costs a lookup per key,
+/// and its backward adds `∂L/∂s_l` into that pair's cell. The cells' gradients go
+/// through the kernel, the unit-norm scaling and the layer-1 softmax once per step.
 pub struct Simplified<T: Float> {
     pub cfg: SimplifiedConfig,
     /// `blocks.0.attn.W_pos` `[2H-1, H]`: `W[r-1, h]` is head `h`'s logit for distance `r`.
@@ -164,18 +146,26 @@ pub struct Simplified<T: Float> {
     /// `blocks.0.attn.hook_pattern` by window: `[head, m (distances present, 0..=H), j]`,
     /// head h's weight on distance `h+1+j` when its first `m` distances exist.
     pub pattern: Vec<T>,
-    n_codes: usize,
-    n_q: usize,
+    n_codes: usize, // (S+1)^H head codes
+    n_q: usize,     // S^H head codes without a missing token
     q_code: Vec<usize>,
-    q_index: Vec<usize>,
-    u_tab: Vec<T>,                         // [H, C, S]
-    norm_tab: Vec<T>,                      // [H, C]
-    v_tab: Vec<T>,                         // [H, C, S]
-    ip_raw: Vec<T>,                        // [H, NQ, C]
-    d_ip: Vec<T>,                          // [H, NQ, C]
-    dv_tab: Vec<T>,                        // [H, C, S]
-    d_pat: Vec<T>,                         // [H, H+1, H]
-    sk_tot: Vec<T>,                        // [n_sub]
+    wq_list: Vec<usize>, // query windows (no missing token)
+    wq_index: Vec<usize>,
+    wk_list: Vec<usize>, // key windows (missing only as a suffix)
+    wk_index: Vec<u32>,
+    qw_head: Vec<usize>, // [NQW, H]: the ip-table row of each head for a query window
+    kw_head: Vec<usize>, // [NKW, H]: the head code of each head for a key window
+    u_tab: Vec<T>,       // [H, C, S]
+    norm_tab: Vec<T>,    // [H, C]
+    v_tab: Vec<T>,       // [H, C, S]
+    ip_raw: Vec<T>,      // [H, NQ, C]
+    n_tab: Vec<T>,       // [NQW, NKW]: N(q, k) = Σ_δ c_δ² K_δ
+    e_tab: Vec<T>,       // [NQW, NKW]: exp(a N / Z − row max)
+    d_n: Vec<T>,         // [NQW, NKW]
+    d_ip: Vec<T>,        // [H, NQ, C]
+    dv_tab: Vec<T>,      // [H, C, S]
+    d_pat: Vec<T>,       // [H, H+1, H]
+    sk_tot: Vec<T>,      // [n_sub]
     active: Vec<(usize, [u8; 16], usize)>, // (subset index, members, |δ|) with δ_0 = 0
     l: usize,
     work: Vec<Work<T>>,
@@ -184,19 +174,30 @@ pub struct Simplified<T: Float> {
     train_a: bool,
 }
 
-/// Largest `H · S^H · (S+1)^H` (the per-chunk table gradient) the model accepts.
+/// Largest `(query windows) × (key windows)` table the model accepts.
 pub const MAX_TABLE: usize = 1 << 20;
 
+fn n_key_windows(s: usize, digits: usize) -> usize {
+    (0..=digits).map(|m| s.pow(m as u32)).sum()
+}
+
 impl<T: Float> Simplified<T> {
-    /// Checks that the table form fits: `H · S^H · (S+1)^H ≤ MAX_TABLE`.
+    /// Checks that the table form fits: `S^(2H-1) × Σ_m S^m ≤ MAX_TABLE`
+    /// (S = 3: H ≤ 3; S = 2: H ≤ 5).
     pub fn check_size(d_vocab: usize, n_heads: usize) -> Result<(), String> {
-        let (s, h) = (d_vocab as u64, n_heads as u32);
-        let n = (n_heads as u64)
-            .saturating_mul(s.saturating_pow(h))
-            .saturating_mul((s + 1).saturating_pow(h));
-        if n > MAX_TABLE as u64 || n_heads > 15 {
+        if n_heads == 0 || n_heads > 8 || d_vocab < 2 || d_vocab > 64 {
+            return Err(format!("model: H = {n_heads}, S = {d_vocab} out of range"));
+        }
+        let digits = (2 * n_heads - 1) as u32;
+        let nq = (d_vocab as u64).saturating_pow(digits);
+        let nk: u64 = (0..=digits)
+            .map(|m| (d_vocab as u64).saturating_pow(m))
+            .sum();
+        let n = nq.saturating_mul(nk);
+        if n > MAX_TABLE as u64 {
             return Err(format!(
-                "model: H · S^H · (S+1)^H = {n} exceeds {MAX_TABLE} (S = {d_vocab}, H = {n_heads})"
+                "model: the window table has {n} cells > {MAX_TABLE} (S = {d_vocab}, H = {n_heads}); \
+                 the fused model supports S = 3 with H ≤ 3, S = 2 with H ≤ 5"
             ));
         }
         Ok(())
@@ -214,21 +215,31 @@ impl<T: Float> Simplified<T> {
         let subsets = subsets(h, cfg.degree);
         let n_sub = subsets.len();
         let n_codes = (s + 1).pow(h as u32);
-        let n_q = s.pow(h as u32);
-        let mut q_code = Vec::with_capacity(n_q);
+        let mut q_code = Vec::new();
         let mut q_index = vec![usize::MAX; n_codes];
         for code in 0..n_codes {
-            let mut c = code;
-            let full = (0..h).all(|_| {
-                let t = c % (s + 1);
-                c /= s + 1;
-                t < s
-            });
-            if full {
+            if window(code, s, h).0 == h {
                 q_index[code] = q_code.len();
                 q_code.push(code);
             }
         }
+        let n_q = q_code.len();
+        let n_w = (s + 1).pow(nd as u32);
+        let (mut wq_list, mut wq_index) = (Vec::new(), vec![usize::MAX; n_w]);
+        let (mut wk_list, mut wk_index) = (Vec::new(), vec![u32::MAX; n_w]);
+        for code in 0..n_w {
+            let (m, toks) = window(code, s, nd);
+            // missing tokens only as a suffix: the windows that positions produce
+            if toks[m..nd].iter().all(|&t| t == s) {
+                wk_index[code] = wk_list.len() as u32;
+                wk_list.push(code);
+                if m == nd {
+                    wq_index[code] = wq_list.len();
+                    wq_list.push(code);
+                }
+            }
+        }
+        debug_assert_eq!(wk_list.len(), n_key_windows(s, nd));
         let active = subsets
             .iter()
             .enumerate()
@@ -245,7 +256,20 @@ impl<T: Float> Simplified<T> {
                 (i, mem, k)
             })
             .collect();
+        let p = s + 1;
+        let sub = |code: usize, hd: usize| (code / p.pow(hd as u32)) % n_codes;
+        let qw_head: Vec<usize> = wq_list
+            .iter()
+            .flat_map(|&q| (0..h).map(move |hd| (q, hd)))
+            .map(|(q, hd)| q_index[sub(q, hd)])
+            .collect();
+        let kw_head: Vec<usize> = wk_list
+            .iter()
+            .flat_map(|&k| (0..h).map(move |hd| (k, hd)))
+            .map(|(k, hd)| sub(k, hd))
+            .collect();
         let z = |n: usize| vec![T::zero(); n];
+        let cells = wq_list.len() * wk_list.len();
         Simplified {
             cfg: cfg.clone(),
             w: param("blocks.0.attn.W_pos", "W", &[nd, h], w),
@@ -261,11 +285,19 @@ impl<T: Float> Simplified<T> {
             n_codes,
             n_q,
             q_code,
-            q_index,
+            wq_list,
+            wq_index,
+            wk_list,
+            wk_index,
+            qw_head,
+            kw_head,
             u_tab: z(h * n_codes * s),
             norm_tab: z(h * n_codes),
             v_tab: z(h * n_codes * s),
             ip_raw: z(h * n_q * n_codes),
+            n_tab: z(cells),
+            e_tab: z(cells),
+            d_n: z(cells),
             d_ip: z(h * n_q * n_codes),
             dv_tab: z(h * n_codes * s),
             d_pat: z(h * (h + 1) * h),
@@ -290,18 +322,23 @@ impl<T: Float> Simplified<T> {
     /// Sizes the workspaces for `n` sequences of length `l` (allocates only when
     /// the shape grows, i.e. never inside training).
     pub fn reserve(&mut self, n: usize, l: usize) {
-        let h = self.cfg.n_heads;
         if self.l != l {
             self.work.clear();
             self.l = l;
         }
-        let ip_len = self.d_ip.len();
+        let cells = self.n_tab.len();
         while self.work.len() < n.div_ceil(CHUNK) {
-            self.work.push(Work::new(l, h, self.subsets.len(), ip_len));
+            self.work.push(Work {
+                win: vec![0; l + 1],
+                kidx: vec![0; l],
+                p: vec![T::zero(); l],
+                d_n: vec![T::zero(); cells],
+                loss: T::zero(),
+            });
         }
     }
 
-    /// Rebuilds the layer-1 patterns and the code tables from `W`.
+    /// Rebuilds the layer-1 patterns and every table from the parameters.
     fn prepare(&mut self) {
         let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.n_codes);
         let w = self.w.value();
@@ -347,6 +384,35 @@ impl<T: Float> Simplified<T> {
                     let d: T = (0..s).map(|k| self.v_tab[qo + k] * self.v_tab[o + k]).sum();
                     self.ip_raw[(hd * self.n_q + qi) * nc + code] = d;
                 }
+            }
+        }
+        let c = self.c.value();
+        let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
+        let az = self.a.value()[0] / z;
+        let nkw = self.wk_list.len();
+        let mut ip = [T::zero(); 16];
+        let nqw = self.wq_list.len();
+        for qw in 0..nqw {
+            let mut mx = T::neg_infinity();
+            let qh = &self.qw_head[qw * h..(qw + 1) * h];
+            for kw in 0..nkw {
+                let kh = &self.kw_head[kw * h..(kw + 1) * h];
+                for (hd, v) in ip.iter_mut().enumerate().take(h) {
+                    *v = self.ip_raw[(hd * self.n_q + qh[hd]) * nc + kh[hd]].max(T::zero());
+                }
+                let mut num = T::zero();
+                for (si, mem, k) in &self.active {
+                    let mut v = c[*si] * c[*si];
+                    for &m in &mem[..*k] {
+                        v *= ip[m as usize];
+                    }
+                    num += v;
+                }
+                self.n_tab[qw * nkw + kw] = num;
+                mx = mx.max(az * num);
+            }
+            for kw in 0..nkw {
+                self.e_tab[qw * nkw + kw] = (az * self.n_tab[qw * nkw + kw] - mx).exp();
             }
         }
     }
@@ -411,20 +477,16 @@ impl<T: Float> Simplified<T> {
         assert!(l + 1 >= 2 * h, "sequence length {l} < 2H - 1");
         self.reserve(n, l);
         self.prepare();
-        let c = self.c.value();
-        let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
+        let nd = 2 * h - 1;
         let ctx = Ctx {
-            h,
             s,
             l,
-            nc,
-            nq: self.n_q,
-            q_index: &self.q_index,
-            ip_raw: &self.ip_raw,
-            active: &self.active,
-            c,
-            z,
-            a: self.a.value()[0],
+            n_w: (s + 1).pow(nd as u32),
+            digits: nd,
+            nkw: self.wk_list.len(),
+            wq_index: &self.wq_index,
+            wk_index: &self.wk_index,
+            e_tab: &self.e_tab,
             loss: self.cfg.loss,
             floor: T::of(self.cfg.nll_floor),
             scale: T::one() / T::of_usize(n.max(1)),
@@ -446,29 +508,72 @@ impl<T: Float> Simplified<T> {
                 .enumerate()
                 .for_each(|(ci, wk)| ctx.chunk(wk, per(ci), None)),
         }
-        let (scale, a, z) = (ctx.scale, ctx.a, ctx.z);
+        let scale = ctx.scale;
         // reduce in chunk order
         let mut loss = T::zero();
-        let mut sn = T::zero();
-        let sk = &mut self.sk_tot;
-        sk.iter_mut().for_each(|x| *x = T::zero());
         for wk in self.work[..chunks].iter() {
             loss += wk.loss;
         }
         if !grad {
             return loss * scale;
         }
+        self.d_n.iter_mut().for_each(|x| *x = T::zero());
         for wk in self.work[..chunks].iter() {
-            sn += wk.sn;
-            for (acc, v) in sk.iter_mut().zip(&wk.sk) {
+            for (acc, v) in self.d_n.iter_mut().zip(&wk.d_n) {
                 *acc += *v;
+            }
+        }
+        // cells → a, c and the ip tables: s = a N / Z, N = Σ_δ c_δ² Π_{h∈δ} ip_h
+        let c = self.c.value();
+        let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
+        let a = self.a.value()[0];
+        let az = a / z;
+        let nkw = self.wk_list.len();
+        let mut sn = T::zero();
+        self.sk_tot.iter_mut().for_each(|x| *x = T::zero());
+        self.d_ip.iter_mut().for_each(|x| *x = T::zero());
+        let mut ip = [T::zero(); 16];
+        let mut at = [0usize; 16];
+        for qw in 0..self.wq_list.len() {
+            let qh = &self.qw_head[qw * h..(qw + 1) * h];
+            for kw in 0..nkw {
+                let d = self.d_n[qw * nkw + kw];
+                if d == T::zero() {
+                    continue;
+                }
+                sn += d * self.n_tab[qw * nkw + kw];
+                let kh = &self.kw_head[kw * h..(kw + 1) * h];
+                for hd in 0..h {
+                    at[hd] = (hd * self.n_q + qh[hd]) * nc + kh[hd];
+                    ip[hd] = self.ip_raw[at[hd]].max(T::zero());
+                }
+                for (si, mem, k) in &self.active {
+                    let c2 = c[*si] * c[*si];
+                    let mut kern = T::one();
+                    for &m in &mem[..*k] {
+                        kern *= ip[m as usize];
+                    }
+                    self.sk_tot[*si] += d * kern;
+                    for (i1, &m) in mem[..*k].iter().enumerate() {
+                        if ip[m as usize] <= T::zero() {
+                            continue; // ReLU
+                        }
+                        let mut rest = c2;
+                        for (i2, &m2) in mem[..*k].iter().enumerate() {
+                            if i1 != i2 {
+                                rest *= ip[m2 as usize];
+                            }
+                        }
+                        self.d_ip[at[m as usize]] += d * az * rest;
+                    }
+                }
             }
         }
         if self.train_a {
             self.a.grad_mut()[0] += sn / z;
         }
         if self.train_c {
-            // ∂s_l/∂c_δ = 2 a c_δ (K_δ(l) − N(l)/Z) / Z
+            // ∂s/∂c_δ = 2 a c_δ (K_δ − N / Z) / Z
             for &(i, _, _) in &self.active {
                 let ci = self.c.value()[i];
                 self.c.grad_mut()[i] += T::of(2.0) * a * ci * (self.sk_tot[i] - sn / z) / z;
@@ -476,12 +581,6 @@ impl<T: Float> Simplified<T> {
         }
         if !self.train_w {
             return loss * scale;
-        }
-        self.d_ip.iter_mut().for_each(|x| *x = T::zero());
-        for wk in self.work[..chunks].iter() {
-            for (acc, v) in self.d_ip.iter_mut().zip(&wk.d_ip) {
-                *acc += *v;
-            }
         }
         // ip tables → v tables → u tables → patterns → W
         self.dv_tab.iter_mut().for_each(|x| *x = T::zero());
@@ -491,7 +590,7 @@ impl<T: Float> Simplified<T> {
                 for code in 0..nc {
                     let t = (hd * self.n_q + qi) * nc + code;
                     let d = self.d_ip[t];
-                    if d == T::zero() || self.ip_raw[t] <= T::zero() {
+                    if d == T::zero() {
                         continue;
                     }
                     let o = (hd * nc + code) * s;
@@ -539,16 +638,16 @@ impl<T: Float> Simplified<T> {
     }
 }
 
-/// The tokens of a window code (`t_j`, `j = 0` nearest) and how many leading
-/// distances exist before the first missing one.
-fn window(code: usize, s: usize, h: usize) -> (usize, [usize; 16]) {
+/// The tokens of a code over `digits` tokens (`t_j`, `j = 0` nearest; `S` =
+/// missing) and how many leading tokens exist before the first missing one.
+fn window(code: usize, s: usize, digits: usize) -> (usize, [usize; 16]) {
     let mut toks = [0usize; 16];
     let mut c = code;
-    let mut m = h;
-    for (j, t) in toks.iter_mut().enumerate().take(h) {
+    let mut m = digits;
+    for (j, t) in toks.iter_mut().enumerate().take(digits) {
         *t = c % (s + 1);
         c /= s + 1;
-        if *t == s && m == h {
+        if *t == s && m == digits {
             m = j;
         }
     }
@@ -557,17 +656,14 @@ fn window(code: usize, s: usize, h: usize) -> (usize, [usize; 16]) {
 
 /// What every chunk reads.
 struct Ctx<'a, T> {
-    h: usize,
     s: usize,
     l: usize,
-    nc: usize,
-    nq: usize,
-    q_index: &'a [usize],
-    ip_raw: &'a [T],
-    active: &'a [(usize, [u8; 16], usize)],
-    c: &'a [T],
-    z: T,
-    a: T,
+    n_w: usize,
+    digits: usize,
+    nkw: usize,
+    wq_index: &'a [usize],
+    wk_index: &'a [u32],
+    e_tab: &'a [T],
     loss: LossKind,
     floor: T,
     scale: T,
@@ -576,54 +672,38 @@ struct Ctx<'a, T> {
 
 impl<T: Float> Ctx<'_, T> {
     fn chunk(&self, wk: &mut Work<T>, tokens: &[u8], mut out: Option<&mut &mut [T]>) {
-        let (h, s, l, nc, nq) = (self.h, self.s, self.l, self.nc, self.nq);
+        let (s, l, nkw) = (self.s, self.l, self.nkw);
         wk.loss = T::zero();
         if self.grad {
-            wk.d_ip.iter_mut().for_each(|x| *x = T::zero());
-            wk.sk.iter_mut().for_each(|x| *x = T::zero());
-            wk.sn = T::zero();
+            wk.d_n.iter_mut().for_each(|x| *x = T::zero());
         }
-        let top = nc / (s + 1); // (S+1)^(H-1)
-        let az = self.a / self.z;
-        let mut qi = [0usize; 16];
+        let top = self.n_w / (s + 1); // (S+1)^(2H-2)
         let mut yhat = [T::zero(); 64];
         let mut g = [T::zero(); 64];
         for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
             let x = &seq[..l];
             let y = seq[l] as usize;
-            // --- codes: c0(i) = the H tokens before position i, nearest first ---
-            wk.c0[0] = nc - 1;
+            // --- window codes: the 2H-1 tokens before each position, nearest first ---
+            // rolling without a division: drop the farthest digit, shift, add the nearest
+            wk.win[0] = self.n_w - 1;
             for i in 1..=l {
-                wk.c0[i] = x[i - 1] as usize + (s + 1) * (wk.c0[i - 1] % top);
+                let far = if i > self.digits {
+                    x[i - 1 - self.digits] as usize
+                } else {
+                    s
+                };
+                wk.win[i] = x[i - 1] as usize + (s + 1) * (wk.win[i - 1] - far * top);
             }
-            for (hd, q) in qi.iter_mut().enumerate().take(h) {
-                *q = self.q_index[wk.c0[l - hd]];
-            }
-            // --- layer 2 logits at the query: s_l = a N(l) / Z ---
-            let mut mx = T::neg_infinity();
-            for i in 0..l {
-                for hd in 0..h {
-                    let kc = if i >= hd { wk.c0[i - hd] } else { nc - 1 };
-                    wk.kc[i * h + hd] = kc;
-                    wk.ipv[i * h + hd] = self.ip_raw[(hd * nq + qi[hd]) * nc + kc].max(T::zero());
-                }
-                let ip = &wk.ipv[i * h..(i + 1) * h];
-                let mut num = T::zero();
-                for (si, mem, k) in self.active {
-                    let mut v = self.c[*si] * self.c[*si];
-                    for &m in &mem[..*k] {
-                        v *= ip[m as usize];
-                    }
-                    num += v;
-                }
-                wk.num[i] = num;
-                wk.p[i] = az * num;
-                mx = mx.max(wk.p[i]);
-            }
+            let qrow = self.wq_index[wk.win[l]] * nkw;
+            let erow = &self.e_tab[qrow..qrow + nkw];
+            // --- layer-2 attention of the query over the keys: looked up ---
             let mut sum = T::zero();
             for i in 0..l {
-                wk.p[i] = (wk.p[i] - mx).exp();
-                sum += wk.p[i];
+                let k = self.wk_index[wk.win[i]];
+                wk.kidx[i] = k;
+                let e = erow[k as usize];
+                wk.p[i] = e;
+                sum += e;
             }
             yhat[..s].iter_mut().for_each(|v| *v = T::zero());
             let inv = T::one() / sum;
@@ -656,41 +736,14 @@ impl<T: Float> Ctx<'_, T> {
             if !self.grad {
                 continue;
             }
-            g[..s].iter_mut().for_each(|v| *v *= self.scale);
-            // --- backward through the layer-2 softmax and the kernel ---
+            // --- backward through the layer-2 softmax into the cells ---
             let pg: T = (0..s).map(|k| yhat[k] * g[k]).sum();
+            for k in 0..s {
+                g[k] = (g[k] - pg) * self.scale;
+            }
+            let drow = &mut wk.d_n[qrow..qrow + nkw];
             for i in 0..l {
-                let ds = wk.p[i] * (g[x[i] as usize] - pg);
-                if ds == T::zero() {
-                    continue;
-                }
-                wk.sn += ds * wk.num[i];
-                let ip = &wk.ipv[i * h..(i + 1) * h];
-                let mut dip = [T::zero(); 16];
-                for (si, mem, k) in self.active {
-                    let c2 = self.c[*si] * self.c[*si];
-                    let mut kern = T::one();
-                    for &m in &mem[..*k] {
-                        kern *= ip[m as usize];
-                    }
-                    wk.sk[*si] += ds * kern;
-                    for (a_, &m) in mem[..*k].iter().enumerate() {
-                        let mut rest = c2;
-                        for (b_, &m2) in mem[..*k].iter().enumerate() {
-                            if a_ != b_ {
-                                rest *= ip[m2 as usize];
-                            }
-                        }
-                        dip[m as usize] += rest;
-                    }
-                }
-                let f = ds * az;
-                for hd in 0..h {
-                    if dip[hd] != T::zero() && ip[hd] > T::zero() {
-                        let t = (hd * nq + qi[hd]) * nc + wk.kc[i * h + hd];
-                        wk.d_ip[t] += f * dip[hd];
-                    }
-                }
+                drow[wk.kidx[i] as usize] += wk.p[i] * g[x[i] as usize];
             }
         }
     }
