@@ -30,6 +30,9 @@
 //! assert!(loss.is_finite() && loss > 0.55);
 //! ```
 
+// Index loops read like the equations here.
+#![allow(clippy::needless_range_loop)]
+
 use mechlab_engine::{param, Float, Param, Parameters};
 use rayon::prelude::*;
 
@@ -185,7 +188,7 @@ impl<T: Float> Simplified<T> {
     /// Checks that the table form fits: `S^(2H-1) × Σ_m S^m ≤ MAX_TABLE`
     /// (S = 3: H ≤ 3; S = 2: H ≤ 5).
     pub fn check_size(d_vocab: usize, n_heads: usize) -> Result<(), String> {
-        if n_heads == 0 || n_heads > 8 || d_vocab < 2 || d_vocab > 64 {
+        if !(1..=8).contains(&n_heads) || !(2..=64).contains(&d_vocab) {
             return Err(format!("model: H = {n_heads}, S = {d_vocab} out of range"));
         }
         let digits = (2 * n_heads - 1) as u32;
