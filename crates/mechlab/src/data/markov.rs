@@ -9,8 +9,8 @@
 //! Variants: `redraw_last` (the authors' bigram set-up: the last input token is
 //! redrawn uniformly before the target is drawn from it, so the target's parents are
 //! never predictable from the chain's stationary law), and `doubly_stochastic`
-//! tables (every slice over the first parent is Sinkhorn-balanced, so the unigram
-//! law is uniform and there is no unigram shortcut).
+//! tables (every slice over the first parent is a Dirichlet(α) mixture of
+//! permutation matrices, so the unigram law is uniform: no unigram shortcut).
 //!
 //! Baselines on the same sequences: the uniform-attention predictor (the context's
 //! unigram frequencies), the Bayes posterior mean `(N + α) / (N_ctx + Sα)` for a
@@ -153,27 +153,25 @@ fn dirichlet_row(rng: &mut impl Rng, gamma: &Gamma<f64>, row: &mut [f64]) {
     }
 }
 
-/// Sinkhorn-balances each `S × S` block of rows that differ only in the first
-/// parent, so that every column of the block also sums to one.
-fn make_doubly_stochastic(pi: &mut [f64], s: usize) {
+/// Replaces each `S × S` block of rows that differ only in the first parent by a
+/// Dirichlet(α)-weighted mixture of `S` random permutation matrices, which is
+/// exactly doubly stochastic (Birkhoff) and as peaked as the rows for small α.
+fn make_doubly_stochastic(rng: &mut impl Rng, gamma: &Gamma<f64>, pi: &mut [f64], s: usize) {
     let n_ctx = pi.len() / s;
+    let mut weights = vec![0.0; s];
+    let mut perm: Vec<usize> = (0..s).collect();
     // contexts c and c' share every parent but the first iff c / s == c' / s
     for block in 0..n_ctx / s {
         let rows = &mut pi[block * s * s..(block + 1) * s * s];
-        rows.iter_mut().for_each(|x| *x = x.max(1e-12));
-        for _ in 0..500 {
-            for r in 0..s {
-                let sum: f64 = rows[r * s..(r + 1) * s].iter().sum();
-                rows[r * s..(r + 1) * s].iter_mut().for_each(|x| *x /= sum);
+        rows.iter_mut().for_each(|x| *x = 0.0);
+        dirichlet_row(rng, gamma, &mut weights);
+        for &wk in &weights {
+            for i in (1..s).rev() {
+                perm.swap(i, rng.random_range(0..=i));
             }
-            for c in 0..s {
-                let sum: f64 = (0..s).map(|r| rows[r * s + c]).sum();
-                (0..s).for_each(|r| rows[r * s + c] /= sum);
+            for (r, &c) in perm.iter().enumerate() {
+                rows[r * s + c] += wk;
             }
-        }
-        for r in 0..s {
-            let sum: f64 = rows[r * s..(r + 1) * s].iter().sum();
-            rows[r * s..(r + 1) * s].iter_mut().for_each(|x| *x /= sum);
         }
     }
 }
@@ -231,11 +229,12 @@ pub fn generate_with(spec: &MarkovSpec, rng: &mut impl Rng) -> Result<MarkovData
     let mut pis = vec![0.0; spec.n_seqs * n_ctx * s];
     for b in 0..spec.n_seqs {
         let pi = &mut pis[b * n_ctx * s..(b + 1) * n_ctx * s];
-        for c in 0..n_ctx {
-            dirichlet_row(rng, &gamma, &mut pi[c * s..(c + 1) * s]);
-        }
         if spec.variant == Variant::DoublyStochastic {
-            make_doubly_stochastic(pi, s);
+            make_doubly_stochastic(rng, &gamma, pi, s);
+        } else {
+            for c in 0..n_ctx {
+                dirichlet_row(rng, &gamma, &mut pi[c * s..(c + 1) * s]);
+            }
         }
         let seq = &mut tokens[b * w..(b + 1) * w];
         for i in 0..w {
