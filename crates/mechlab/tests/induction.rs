@@ -55,6 +55,57 @@ fn gradcheck_simplified(loss: LossKind, heads: usize, degree: usize) {
         .assert_below(1e-6, &format!("simplified {loss:?} H={heads} D={degree}"));
 }
 
+fn gradcheck_full(loss: LossKind) {
+    use mechlab::models::induction_full::{Full, FullConfig};
+    let spec = MarkovSpec {
+        n_seqs: 70,
+        seq_len: 12,
+        ..MarkovSpec::default()
+    };
+    let data = generate(&spec, 13).unwrap();
+    let cfg = FullConfig {
+        loss,
+        ..FullConfig::default()
+    };
+    let mut m = Full::<f64>::new(&cfg);
+    let flat = |m: &Full<f64>| {
+        let mut v = Vec::new();
+        m.visit(&mut |p| v.extend_from_slice(p.value()));
+        v
+    };
+    let n = flat(&m).len();
+    // a generic point: QK and OV far from the identity, LN gain and bias off 1 and 0
+    let x0: Vec<f64> = flat(&m)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + 0.4 * ((i as f64 * 1.3).sin()) + if i + 1 == n { 2.0 } else { 0.0 })
+        .collect();
+    let set = |m: &mut Full<f64>, x: &[f64]| {
+        let mut o = 0;
+        m.visit_mut(&mut |p| {
+            let k = p.numel();
+            p.value_mut().copy_from_slice(&x[o..o + k]);
+            o += k;
+        });
+    };
+    set(&mut m, &x0);
+    m.zero_grad();
+    m.loss(&data.tokens, 12, true);
+    let mut g = Vec::new();
+    m.visit(&mut |p| g.extend_from_slice(p.grad()));
+    let mut f = |x: &[f64]| {
+        set(&mut m, x);
+        m.loss(&data.tokens, 12, false)
+    };
+    check(&mut f, &x0, &g, DEFAULT_H).assert_below(1e-6, &format!("full {loss:?}"));
+}
+
+#[test]
+fn full_gradients_both_losses() {
+    gradcheck_full(LossKind::Code);
+    gradcheck_full(LossKind::Nll);
+}
+
 #[test]
 fn simplified_gradients_code_loss() {
     gradcheck_simplified(LossKind::Code, 3, 2);
