@@ -222,3 +222,19 @@ fn control_without_training_the_loss_stays_at_uniform() {
     assert!(s.metrics["val_code_loss"] > uniform - 0.1 * (uniform - bayes));
     assert!(!verdict(s, "the loss falls").pass);
 }
+
+#[test]
+fn full_model_runs_through_the_experiment_and_learns() {
+    let o = run_short(&[
+        "model.kind=\"full\"",
+        "data.n_train=300",
+        "data.n_val=100",
+        "train.steps=40",
+        "train.lr=0.5",
+        "model.dtype=\"f32\"",
+    ]);
+    let s = &o.summary;
+    let uniform = s.metrics["baseline_uniform_code"];
+    assert!(s.metrics["val_code_loss"] < uniform, "{:?}", s.metrics);
+    assert!(s.metrics["a"] > 0.01);
+}

@@ -24,6 +24,7 @@ macro_rules! preset {
 pub const PRESETS: &[Preset] = &[
     preset!("induction-simplified"),
     preset!("induction-staged"),
+    preset!("induction-full"),
     preset!("induction-bigram"),
     preset!("induction-noncontiguous"),
 ];

@@ -19,8 +19,9 @@
 use super::{Experiment, ExperimentError, ReproduceItem};
 use crate::config::{self, ConfigError};
 use crate::data::markov::{self, Baseline, MarkovSpec, Variant};
+use crate::models::induction_full::{Full, FullConfig};
 use crate::models::induction_simplified::{subset_name, LossKind, Simplified, SimplifiedConfig};
-use crate::probes::induction as probe;
+use crate::probes::induction::{self as probe, InductionModel};
 use crate::rng::{stream, Stream};
 use crate::run::metrics;
 use crate::run::summary::Summary;
@@ -63,7 +64,7 @@ impl Default for DataConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
-    /// `simplified` (the full model is not yet wired here).
+    /// `simplified` or `full`.
     pub kind: String,
     /// `f64` or `f32`.
     pub dtype: String,
@@ -77,6 +78,8 @@ pub struct ModelConfig {
     /// `code` (the authors' loss) or `nll` (the true −log ŷ_y).
     pub loss: String,
     pub nll_floor: f64,
+    /// Full model: `W_Q = W_K = W_OV = proj_init · I` at init.
+    pub proj_init: f64,
 }
 
 impl Default for ModelConfig {
@@ -92,6 +95,7 @@ impl Default for ModelConfig {
             a_init: 0.01,
             loss: "code".into(),
             nll_floor: 1e-8,
+            proj_init: 0.01,
         }
     }
 }
@@ -161,13 +165,13 @@ impl Default for InductionConfig {
 }
 
 /// The model with its full training batch: what the trainer trains.
-pub struct Task<T: Float> {
-    pub model: Simplified<T>,
+pub struct Task<M> {
+    pub model: M,
     pub tokens: Vec<u8>,
     pub seq_len: usize,
 }
 
-impl<T: Float> Parameters<T> for Task<T> {
+impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
     fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
         self.model.visit(f)
     }
@@ -176,7 +180,7 @@ impl<T: Float> Parameters<T> for Task<T> {
     }
 }
 
-impl<T: Float> Trainable<T> for Task<T> {
+impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
     fn train_step(&mut self, _step: u64) -> T {
         self.model.loss(&self.tokens, self.seq_len, true)
     }
@@ -191,10 +195,19 @@ fn bad(msg: String) -> ExperimentError {
 
 fn check(cfg: &InductionConfig) -> Result<(), String> {
     let m = &cfg.model;
-    if m.kind != "simplified" {
+    if m.kind != "simplified" && m.kind != "full" {
         return Err(format!(
-            "model.kind = `{}`: only `simplified` is implemented",
+            "model.kind = `{}`: expected simplified or full",
             m.kind
+        ));
+    }
+    if m.kind == "simplified" {
+        Simplified::<f64>::check_size(cfg.data.vocab, m.n_heads)?;
+    }
+    if cfg.data.seq_len + 1 < 2 * m.n_heads {
+        return Err(format!(
+            "data.seq_len = {} < 2 n_heads - 1",
+            cfg.data.seq_len
         ));
     }
     if m.dtype != "f64" && m.dtype != "f32" {
@@ -246,10 +259,37 @@ impl Experiment for Induction {
     fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
         let cfg: InductionConfig = ctx.typed()?;
         check(&cfg).map_err(bad)?;
-        if cfg.model.dtype == "f32" {
-            run_typed::<f32>(&cfg, ctx)
-        } else {
-            run_typed::<f64>(&cfg, ctx)
+        let f32 = cfg.model.dtype == "f32";
+        let loss = LossKind::parse(&cfg.model.loss).map_err(bad)?;
+        let m = &cfg.model;
+        let simple = SimplifiedConfig {
+            d_vocab: cfg.data.vocab,
+            n_heads: m.n_heads,
+            degree: m.degree,
+            w_plus: m.w_plus,
+            w_minus: m.w_minus,
+            c_init: m.c_init,
+            a_init: m.a_init,
+            loss,
+            nll_floor: m.nll_floor,
+        };
+        let full = FullConfig {
+            d_vocab: cfg.data.vocab,
+            n_heads: m.n_heads,
+            degree: m.degree,
+            w_plus: m.w_plus,
+            w_minus: m.w_minus,
+            c_init: m.c_init,
+            a_init: m.a_init,
+            proj_init: m.proj_init,
+            loss,
+            nll_floor: m.nll_floor,
+        };
+        match (m.kind.as_str(), f32) {
+            ("full", true) => run_typed::<f32, _>(&cfg, ctx, Full::<f32>::new(&full)),
+            ("full", false) => run_typed::<f64, _>(&cfg, ctx, Full::<f64>::new(&full)),
+            (_, true) => run_typed::<f32, _>(&cfg, ctx, Simplified::<f32>::new(&simple)),
+            (_, false) => run_typed::<f64, _>(&cfg, ctx, Simplified::<f64>::new(&simple)),
         }
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
@@ -282,37 +322,28 @@ fn spec_of(cfg: &InductionConfig, n: usize) -> Result<MarkovSpec, String> {
     })
 }
 
-fn run_typed<T: Float>(
+fn run_typed<T: Float, M: InductionModel<T>>(
     cfg: &InductionConfig,
     ctx: &mut RunCtx,
+    model: M,
 ) -> Result<Summary, ExperimentError> {
     let seed = ctx.seed();
     let spec = spec_of(cfg, cfg.data.n_train + cfg.data.n_val).map_err(bad)?;
     let all = markov::generate(&spec, seed).map_err(bad)?;
     let train = all.slice(0, cfg.data.n_train);
     let val = all.slice(cfg.data.n_train, all.len());
-    let mcfg = SimplifiedConfig {
-        d_vocab: cfg.data.vocab,
-        n_heads: cfg.model.n_heads,
-        degree: cfg.model.degree,
-        w_plus: cfg.model.w_plus,
-        w_minus: cfg.model.w_minus,
-        c_init: cfg.model.c_init,
-        a_init: cfg.model.a_init,
-        loss: LossKind::parse(&cfg.model.loss).map_err(bad)?,
-        nll_floor: cfg.model.nll_floor,
-    };
+    let code = cfg.model.loss == "code";
     let h = cfg.model.n_heads;
     let nd = 2 * h - 1;
     let mut task = Task {
-        model: Simplified::<T>::new(&mcfg),
+        model,
         tokens: train.tokens.clone(),
         seq_len: cfg.data.seq_len,
     };
     let init_pattern = task.model.interior_pattern();
     let names: Vec<String> = task
         .model
-        .subsets
+        .subsets()
         .iter()
         .map(|m| subset_name(*m, h))
         .collect();
@@ -320,16 +351,16 @@ fn run_typed<T: Float>(
     let floor = cfg.model.nll_floor;
 
     // --- train, probing the three parts as they form ---
-    let mut probe_fn = |t: &mut Task<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
+    let mut probe_fn = |t: &mut Task<M>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
         let shares = t.model.c_shares();
         let (vc, vt) = probe::model_losses(&mut t.model, &val, floor);
         let pat = t.model.interior_pattern();
         let mut rec: Vec<(String, f64)> = vec![
-            ("a".into(), t.model.a.value()[0].as_f64()),
+            ("a".into(), t.model.a()),
             ("val_code_loss".into(), vc),
             ("val_nll".into(), vt),
         ];
-        for (i, m) in t.model.subsets.iter().enumerate() {
+        for (i, m) in t.model.subsets().iter().enumerate() {
             if m & 1 == 0 {
                 rec.push((keys[i].clone(), shares[i]));
             }
@@ -351,7 +382,7 @@ fn run_typed<T: Float>(
 
     // --- final measurements ---
     let model = &mut task.model;
-    let sel = probe::selector(model);
+    let sel = probe::selector::<T, M>(model);
     let window = nd;
     let (mi_best, mi_all) =
         probe::mi_argmax(&train, window.min(6), cfg.model.degree, cfg.probe.mi_power);
@@ -363,7 +394,7 @@ fn run_typed<T: Float>(
     let bayes = base(Baseline::Bayes(truth.clone()));
     let gih = base(Baseline::Empirical(truth.clone()));
     let oracle = base(Baseline::Oracle);
-    let a_final = model.a.value()[0].as_f64();
+    let a_final = model.a();
     let mut grng = stream(seed, Stream::Sample);
     let mut points: Vec<(usize, f64)> = cfg
         .probe
@@ -379,7 +410,7 @@ fn run_typed<T: Float>(
     let recs = metrics::read(&ctx.dir().join("metrics.jsonl")).map_err(bad)?;
     let mut fig = Figure::lines("c_shares", "Selector: c² share of each kernel subset", "epoch", "c_δ² / Σ c²").log_x()
         .caption("Normalised c_δ² of the subsets without the raw token; the subset of heads copying the true parents should take the whole share.");
-    for (i, m) in model.subsets.iter().enumerate() {
+    for (i, m) in model.subsets().iter().enumerate() {
         if m & 1 == 0 {
             let (x, y) = metrics::series(&recs, "probe", &keys[i]);
             fig = fig.with_series(Series::new(
@@ -414,7 +445,6 @@ fn run_typed<T: Float>(
     }
     let (lx, ly) = metrics::series(&recs, "probe", "val_code_loss");
     let (tx, ty) = metrics::series(&recs, "train", "loss");
-    let code = mcfg.loss == LossKind::Code;
     let mut lf = Figure::lines("loss", "Loss against the baselines", "epoch + 1", if code { "code loss" } else { "−log ŷ_y" }).log_x()
         .caption("Training and validation loss; dashed lines: the baselines on the validation set under the same loss.");
     if code {
@@ -508,9 +538,10 @@ fn run_typed<T: Float>(
         s.metric(&format!("baseline_{n}_code"), v.0);
         s.metric(&format!("baseline_{n}_nll"), v.1);
     }
-    for (i, m) in model.subsets.iter().enumerate() {
+    let final_shares = model.c_shares();
+    for (i, m) in model.subsets().iter().enumerate() {
         if m & 1 == 0 {
-            s.metric(&keys[i], model.c_shares()[i]);
+            s.metric(&keys[i], final_shares[i]);
         }
     }
     for g in &gen {
@@ -530,7 +561,7 @@ fn run_typed<T: Float>(
         format!(
             "{} (share {:.3}) copies {:?}",
             names[model
-                .subsets
+                .subsets()
                 .iter()
                 .position(|m| *m == sel.mask)
                 .unwrap_or(0)],

@@ -20,8 +20,109 @@ use crate::data::markov::{
     baseline_losses, code_loss, generate_with, modified_chi2_mi, nll, Baseline, MarkovData,
     MarkovSpec,
 };
+use crate::models::induction_full::Full;
 use crate::models::induction_simplified::Simplified;
-use mechlab_engine::Float;
+use mechlab_engine::{Float, Parameters};
+
+/// What the probes read from either induction model.
+pub trait InductionModel<T: Float>: Parameters<T> + Send {
+    fn n_heads(&self) -> usize;
+    /// The kernel's subsets (bit `c` = component `c`).
+    fn subsets(&self) -> &[u32];
+    /// `c_δ² / Σ_{δ_0=0} c_δ²` per subset.
+    fn c_shares(&self) -> Vec<f64>;
+    /// `[H, 2H-1]`: each head's RPE attention over distances `1..=2H-1` at a
+    /// position where all exist (the full model: the RPE part alone, without QK
+    /// and the distance-0 key).
+    fn interior_pattern(&self) -> Vec<f64>;
+    fn a(&self) -> f64;
+    fn loss(&mut self, tokens: &[u8], l: usize, grad: bool) -> T;
+    fn predict(&mut self, tokens: &[u8], l: usize, out: &mut [T]) -> T;
+    fn set_groups(&mut self, groups: &[String]);
+}
+
+impl<T: Float> InductionModel<T> for Simplified<T> {
+    fn n_heads(&self) -> usize {
+        self.cfg.n_heads
+    }
+    fn subsets(&self) -> &[u32] {
+        &self.subsets
+    }
+    fn c_shares(&self) -> Vec<f64> {
+        Simplified::c_shares(self)
+    }
+    fn interior_pattern(&self) -> Vec<f64> {
+        Simplified::interior_pattern(self)
+    }
+    fn a(&self) -> f64 {
+        self.a.value()[0].as_f64()
+    }
+    fn loss(&mut self, tokens: &[u8], l: usize, grad: bool) -> T {
+        Simplified::loss(self, tokens, l, grad)
+    }
+    fn predict(&mut self, tokens: &[u8], l: usize, out: &mut [T]) -> T {
+        Simplified::predict(self, tokens, l, out)
+    }
+    fn set_groups(&mut self, groups: &[String]) {
+        Simplified::set_groups(self, groups)
+    }
+}
+
+fn shares(subsets: &[u32], c: &[f64]) -> Vec<f64> {
+    let z: f64 = subsets
+        .iter()
+        .zip(c)
+        .filter(|(m, _)| *m & 1 == 0)
+        .map(|(_, v)| v * v)
+        .sum();
+    subsets
+        .iter()
+        .zip(c)
+        .map(|(m, v)| if m & 1 == 0 { v * v / z } else { 0.0 })
+        .collect()
+}
+
+fn rpe_pattern(w: &[f64], h: usize) -> Vec<f64> {
+    let nd = 2 * h - 1;
+    let mut out = vec![0.0; h * nd];
+    for hd in 0..h {
+        let mx = (0..h)
+            .map(|j| w[(hd + j) * h + hd])
+            .fold(f64::MIN, f64::max);
+        let z: f64 = (0..h).map(|j| (w[(hd + j) * h + hd] - mx).exp()).sum();
+        for j in 0..h {
+            out[hd * nd + hd + j] = (w[(hd + j) * h + hd] - mx).exp() / z;
+        }
+    }
+    out
+}
+
+impl<T: Float> InductionModel<T> for Full<T> {
+    fn n_heads(&self) -> usize {
+        self.cfg.n_heads
+    }
+    fn subsets(&self) -> &[u32] {
+        &self.subsets
+    }
+    fn c_shares(&self) -> Vec<f64> {
+        let c: Vec<f64> = self.c.value().iter().map(|v| v.as_f64()).collect();
+        shares(&self.subsets, &c)
+    }
+    fn interior_pattern(&self) -> Vec<f64> {
+        let w: Vec<f64> = self.w.value().iter().map(|v| v.as_f64()).collect();
+        rpe_pattern(&w, self.cfg.n_heads)
+    }
+    fn a(&self) -> f64 {
+        self.a.value()[0].as_f64()
+    }
+    fn loss(&mut self, tokens: &[u8], l: usize, grad: bool) -> T {
+        Full::loss(self, tokens, l, grad)
+    }
+    fn predict(&mut self, tokens: &[u8], l: usize, out: &mut [T]) -> T {
+        Full::predict(self, tokens, l, out)
+    }
+    fn set_groups(&mut self, _groups: &[String]) {}
+}
 
 /// Every set of distances in `1..=window` with `1 ≤ |P| ≤ max_size`, sorted.
 pub fn parent_sets(window: usize, max_size: usize) -> Vec<Vec<usize>> {
@@ -41,8 +142,8 @@ pub fn parent_sets(window: usize, max_size: usize) -> Vec<Vec<usize>> {
 }
 
 /// The distance each head attends to most (1-based), from its interior pattern.
-pub fn head_distances<T: Float>(m: &Simplified<T>) -> Vec<usize> {
-    let h = m.cfg.n_heads;
+pub fn head_distances<T: Float, M: InductionModel<T>>(m: &M) -> Vec<usize> {
+    let h = m.n_heads();
     let nd = 2 * h - 1;
     let p = m.interior_pattern();
     (0..h)
@@ -65,18 +166,18 @@ pub struct Selector {
     pub distances: Vec<usize>,
 }
 
-pub fn selector<T: Float>(m: &Simplified<T>) -> Selector {
+pub fn selector<T: Float, M: InductionModel<T>>(m: &M) -> Selector {
     let shares = m.c_shares();
     let (best, share) = m
-        .subsets
+        .subsets()
         .iter()
         .zip(&shares)
         .filter(|(mask, _)| *mask & 1 == 0)
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(mask, s)| (*mask, *s))
         .unwrap_or((0, 0.0));
-    let dist = head_distances(m);
-    let heads: Vec<usize> = (0..m.cfg.n_heads)
+    let dist = head_distances::<T, M>(m);
+    let heads: Vec<usize> = (0..m.n_heads())
         .filter(|h| best & (1 << (h + 1)) != 0)
         .collect();
     let mut distances: Vec<usize> = heads.iter().map(|&h| dist[h]).collect();
@@ -113,7 +214,11 @@ pub fn mi_argmax(
 }
 
 /// Mean (code, true) losses of the model on `data`.
-pub fn model_losses<T: Float>(m: &mut Simplified<T>, data: &MarkovData, floor: f64) -> (f64, f64) {
+pub fn model_losses<T: Float, M: InductionModel<T>>(
+    m: &mut M,
+    data: &MarkovData,
+    floor: f64,
+) -> (f64, f64) {
     let s = data.vocab;
     let mut out = vec![T::zero(); data.len() * s];
     m.predict(&data.tokens, data.seq_len, &mut out);
@@ -143,8 +248,8 @@ pub struct GenPoint {
 }
 
 /// Evaluates the trained model on fresh data of each `(L, α)` in `points`.
-pub fn generalisation<T: Float>(
-    m: &mut Simplified<T>,
+pub fn generalisation<T: Float, M: InductionModel<T>>(
+    m: &mut M,
     base: &MarkovSpec,
     points: &[(usize, f64)],
     rng: &mut impl rand::Rng,
