@@ -179,6 +179,28 @@ impl<T: Float> Full<T> {
         self.run(tokens, l, false, Some(out))
     }
 
+    /// The attention patterns of one sequence `[l + 1]` (target last):
+    /// `blocks.0.attn.hook_pattern` as `[query_pos (0..=L), head, distance (0..2H)]`
+    /// and `blocks.1.attn.hook_pattern` of the query as `[L]`.
+    pub fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>) {
+        self.run(seq, l, false, None);
+        let h = self.cfg.n_heads;
+        let (k1, nd) = (h + 1, 2 * h);
+        let wk = &self.work[0];
+        let mut p1 = vec![0.0; (l + 1) * h * nd];
+        for i in 0..=l {
+            for hd in 0..h {
+                for kk in 0..k1 {
+                    let r = if kk == 0 { 0 } else { hd + kk };
+                    if r <= i {
+                        p1[(i * h + hd) * nd + r] = wk.p1[(i * h + hd) * k1 + kk].as_f64();
+                    }
+                }
+            }
+        }
+        (p1, wk.p2[..l].iter().map(|v| v.as_f64()).collect())
+    }
+
     fn run(&mut self, tokens: &[u8], l: usize, grad: bool, out: Option<&mut [T]>) -> T {
         let n = tokens.len() / (l + 1);
         let (h, s) = (self.cfg.n_heads, self.cfg.d_vocab);

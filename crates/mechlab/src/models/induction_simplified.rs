@@ -474,6 +474,26 @@ impl<T: Float> Simplified<T> {
         self.run(tokens, l, false, Some(out))
     }
 
+    /// The attention patterns of one sequence `[l + 1]` (target last):
+    /// `blocks.0.attn.hook_pattern` as `[query_pos (0..=L), head, distance (0..2H)]`
+    /// and `blocks.1.attn.hook_pattern` of the query as `[L]`.
+    pub fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>) {
+        self.run(seq, l, false, None);
+        let h = self.cfg.n_heads;
+        let nd = 2 * h;
+        let mut p1 = vec![0.0; (l + 1) * h * nd];
+        for i in 0..=l {
+            for hd in 0..h {
+                let m = i.saturating_sub(hd).min(h);
+                for j in 0..m {
+                    p1[(i * h + hd) * nd + hd + 1 + j] =
+                        self.pattern[(hd * (h + 1) + m) * h + j].as_f64();
+                }
+            }
+        }
+        (p1, self.work[0].p[..l].iter().map(|v| v.as_f64()).collect())
+    }
+
     fn run(&mut self, tokens: &[u8], l: usize, grad: bool, out: Option<&mut [T]>) -> T {
         let n = tokens.len() / (l + 1);
         let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.n_codes);

@@ -39,6 +39,9 @@ pub trait InductionModel<T: Float>: Parameters<T> + Send {
     fn loss(&mut self, tokens: &[u8], l: usize, grad: bool) -> T;
     fn predict(&mut self, tokens: &[u8], l: usize, out: &mut [T]) -> T;
     fn set_groups(&mut self, groups: &[String]);
+    /// Layer-1 pattern `[L+1, H, 2H]` (by distance) and the query's layer-2
+    /// pattern `[L]` on one sequence `[L + 1]`.
+    fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>);
 }
 
 impl<T: Float> InductionModel<T> for Simplified<T> {
@@ -65,6 +68,9 @@ impl<T: Float> InductionModel<T> for Simplified<T> {
     }
     fn set_groups(&mut self, groups: &[String]) {
         Simplified::set_groups(self, groups)
+    }
+    fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>) {
+        Simplified::patterns(self, seq, l)
     }
 }
 
@@ -122,6 +128,43 @@ impl<T: Float> InductionModel<T> for Full<T> {
         Full::predict(self, tokens, l, out)
     }
     fn set_groups(&mut self, _groups: &[String]) {}
+    fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>) {
+        Full::patterns(self, seq, l)
+    }
+}
+
+/// TransformerLens-style head scores on repeated random tokens: each sequence is
+/// `T` uniform tokens repeated (`L = 2T`, query at `L`). The previous-token score of
+/// layer-1 head `h` is its mean attention to distance 1 over the positions; the
+/// induction score of layer 2 is the query's attention on key `L − T`, the token
+/// that followed the previous occurrence of the query's context (uniform
+/// attention scores `1/L`).
+pub fn head_scores<T: Float, M: InductionModel<T>>(
+    m: &mut M,
+    vocab: usize,
+    half: usize,
+    n: usize,
+    rng: &mut impl rand::Rng,
+) -> (Vec<f64>, f64) {
+    let h = m.n_heads();
+    let l = 2 * half;
+    let mut prev = vec![0.0; h];
+    let mut ind = 0.0;
+    let mut seq = vec![0u8; l + 1];
+    for _ in 0..n {
+        for i in 0..half {
+            seq[i] = rng.random_range(0..vocab) as u8;
+            seq[i + half] = seq[i];
+        }
+        seq[l] = seq[half];
+        let (p1, p2) = m.patterns(&seq, l);
+        for (hd, pv) in prev.iter_mut().enumerate() {
+            *pv += (1..=l).map(|i| p1[(i * h + hd) * 2 * h + 1]).sum::<f64>() / l as f64;
+        }
+        ind += p2[l - half];
+    }
+    prev.iter_mut().for_each(|v| *v /= n.max(1) as f64);
+    (prev, ind / n.max(1) as f64)
 }
 
 /// Every set of distances in `1..=window` with `1 ≤ |P| ≤ max_size`, sorted.
