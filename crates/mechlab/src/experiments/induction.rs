@@ -203,6 +203,8 @@ fn check(cfg: &InductionConfig) -> Result<(), String> {
     }
     if m.kind == "simplified" {
         Simplified::<f64>::check_size(cfg.data.vocab, m.n_heads)?;
+    } else {
+        Full::<f64>::check_size(cfg.data.vocab, m.n_heads)?;
     }
     if cfg.data.seq_len + 1 < 2 * m.n_heads {
         return Err(format!(
