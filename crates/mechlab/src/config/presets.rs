@@ -22,6 +22,11 @@ macro_rules! preset {
 
 /// Every preset, in `mechlab list` order.
 pub const PRESETS: &[Preset] = &[
+    preset!("induction-simplified"),
+    preset!("induction-staged"),
+    preset!("induction-full"),
+    preset!("induction-bigram"),
+    preset!("induction-noncontiguous"),
     preset!("selection-synthetic"),
     preset!("selection-imdb"),
     preset!("selection-yelp"),

@@ -5,6 +5,7 @@
 //! probes, and writes figures, notes and a [`Summary`] with one verdict per claim.
 //! It registers here, and its presets in [`crate::config::presets`].
 
+pub mod induction;
 pub mod selection;
 pub mod topic;
 pub mod topic_report;
@@ -61,7 +62,11 @@ pub struct ReproduceItem {
 
 /// Every registered experiment.
 pub fn all() -> Vec<&'static dyn Experiment> {
-    vec![&selection::Selection, &topic::TopicExperiment]
+    vec![
+        &induction::Induction,
+        &selection::Selection,
+        &topic::TopicExperiment,
+    ]
 }
 
 /// The experiment registered as `name`.

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Times one full-batch epoch of the simplified induction model (S = 3, L = 100,
+# H = 3, D = 2, 9 000 sequences, code loss, SGD lr 1) in mechlab and in our own
+# PyTorch script, both on 2 threads, checks that both compute the same losses on
+# the same data, and prints the ratio. Run from anywhere: bench/induction/run.sh [epochs]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+epochs="${1:-100}"
+if [ ! -x bench/.venv/bin/python ]; then
+  if [ -x /work/main/bench/.venv/bin/python ]; then py=/work/main/bench/.venv/bin/python; else bash bench/venv.sh; py=bench/.venv/bin/python; fi
+else
+  py=bench/.venv/bin/python
+fi
+target="${CARGO_TARGET_DIR:-target}"
+if [ -d /work/target-shared ]; then
+  CARGO_TARGET_DIR=/work/target-shared flock /tmp/mechlab-cargo.lock cargo build --release -q -p mechlab --example bench_induction
+  target=/work/target-shared
+else
+  cargo build --release -q -p mechlab --example bench_induction
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+RAYON_NUM_THREADS=2 "$target/release/examples/bench_induction" "$epochs" "$tmp/tokens.u8" | tee "$tmp/rust.txt"
+"$py" bench/induction/torch_simplified.py "$tmp/tokens.u8" "$(( epochs / 10 > 3 ? epochs / 10 : 3 ))" | tee "$tmp/torch.txt"
+python3 - "$tmp/rust.txt" "$tmp/torch.txt" <<'PY'
+import sys
+def read(p):
+    loss, per = [], None
+    for line in open(p):
+        w = line.split()
+        if w[0] == "epoch": loss.append(float(w[3]))
+        if w[0] == "threads": per = float(w[3])
+    return loss, per
+(lr, tr), (lt, tt) = read(sys.argv[1]), read(sys.argv[2])
+err = max(abs(a - b) for a, b in zip(lr, lt))
+print(f"max |loss difference| over the first 3 epochs: {err:.2e}")
+assert err < 1e-9, "mechlab and PyTorch disagree"
+print(f"mechlab {tr*1e3:.2f} ms/epoch, PyTorch {tt*1e3:.1f} ms/epoch, ratio {tt/tr:.1f}x; "
+      f"50 000 epochs: mechlab {50000*tr/60:.1f} min, PyTorch {50000*tt/3600:.1f} h")
+PY

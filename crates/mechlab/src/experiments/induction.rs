@@ -1,0 +1,645 @@
+//! Induction heads: "Unveiling Induction Heads: Provable Training Dynamics and
+//! Feature Learning in Transformers" (Chen, Sheen, Wang, Yang; NeurIPS 2024).
+//!
+//! A two-layer RPE transformer trained by full-batch gradient descent on in-context
+//! n-gram data becomes a *copier* (layer-1 heads each copy one parent distance), a
+//! *selector* (the FFN's kernel keeps the subset of heads that matches the true
+//! parents, the one maximising the modified χ² mutual information) and a
+//! *classifier* (layer 2's scale `a` grows, sharpening the induction head). This
+//! experiment trains the simplified model, logs the three probes over training,
+//! compares the loss with the uniform, Bayes, induction-head and oracle baselines,
+//! and tests the trained parameters on other lengths and priors.
+//!
+//! ```
+//! use mechlab::experiments::induction::InductionConfig;
+//! let cfg = InductionConfig::default();
+//! assert_eq!(cfg.data.parents, vec![1, 2]);
+//! ```
+
+use super::{Experiment, ExperimentError, ReproduceItem};
+use crate::config::{self, ConfigError};
+use crate::data::markov::{self, Baseline, MarkovSpec, Variant};
+use crate::models::induction_full::{Full, FullConfig};
+use crate::models::induction_simplified::{subset_name, LossKind, Simplified, SimplifiedConfig};
+use crate::probes::induction::{self as probe, InductionModel};
+use crate::rng::{stream, Stream};
+use crate::run::metrics;
+use crate::run::summary::Summary;
+use crate::run::{RunConfig, RunCtx, RunError};
+use crate::train::{fit, TrainConfig, Trainable};
+use mechlab_engine::{Float, Param, Parameters};
+use mechlab_report::{Figure, Series};
+use serde::{Deserialize, Serialize};
+
+/// `[data]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    pub vocab: usize,
+    pub seq_len: usize,
+    /// Parent distances of the generating chain (1 = previous token).
+    pub parents: Vec<usize>,
+    pub alpha: f64,
+    pub n_train: usize,
+    pub n_val: usize,
+    /// `ngram`, `redraw_last` or `doubly_stochastic`.
+    pub variant: String,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig {
+            vocab: 3,
+            seq_len: 100,
+            parents: vec![1, 2],
+            alpha: 0.1,
+            n_train: 9000,
+            n_val: 1000,
+            variant: "ngram".into(),
+        }
+    }
+}
+
+/// `[model]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// `simplified` or `full`.
+    pub kind: String,
+    /// `f64` or `f32`.
+    pub dtype: String,
+    pub n_heads: usize,
+    /// Largest subset size `D` of the kernel.
+    pub degree: usize,
+    pub w_plus: f64,
+    pub w_minus: f64,
+    pub c_init: f64,
+    pub a_init: f64,
+    /// `code` (the authors' loss) or `nll` (the true −log ŷ_y).
+    pub loss: String,
+    pub nll_floor: f64,
+    /// Full model: `W_Q = W_K = W_OV = proj_init · I` at init.
+    pub proj_init: f64,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            kind: "simplified".into(),
+            dtype: "f64".into(),
+            n_heads: 3,
+            degree: 2,
+            w_plus: 3.0,
+            w_minus: 0.1,
+            c_init: 0.01,
+            a_init: 0.01,
+            loss: "code".into(),
+            nll_floor: 1e-8,
+            proj_init: 0.01,
+        }
+    }
+}
+
+/// `[probe]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    /// Sequence lengths for the generalisation curve (at the training α).
+    pub gen_lengths: Vec<usize>,
+    /// Priors α for the generalisation curve (at the training L).
+    pub gen_alphas: Vec<f64>,
+    /// Fresh sequences per generalisation point.
+    pub gen_n: usize,
+    /// Exponent of `p(E)` in the modified χ² MI (2: the paper's; 1: ordinary χ²).
+    pub mi_power: f64,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            gen_lengths: vec![10, 20, 50, 100, 200, 400],
+            gen_alphas: vec![0.05, 0.1, 0.3, 1.0],
+            gen_n: 1000,
+            mi_power: 2.0,
+        }
+    }
+}
+
+/// The experiment's whole config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InductionConfig {
+    pub experiment: String,
+    pub description: String,
+    pub seed: u64,
+    pub run: RunConfig,
+    pub train: TrainConfig,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub probe: ProbeConfig,
+}
+
+impl Default for InductionConfig {
+    fn default() -> Self {
+        InductionConfig {
+            experiment: "induction".into(),
+            description: "Induction heads on in-context n-gram data (Chen et al. 2024)".into(),
+            seed: 2024,
+            run: RunConfig {
+                checkpoints: true,
+                checkpoint_log_until: 1024,
+                checkpoint_every: 5000,
+                probe_every: 10,
+            },
+            train: TrainConfig {
+                lr: 1.0,
+                steps: 2000,
+                log_every: 10,
+                ..TrainConfig::default()
+            },
+            data: DataConfig::default(),
+            model: ModelConfig::default(),
+            probe: ProbeConfig::default(),
+        }
+    }
+}
+
+/// The model with its full training batch: what the trainer trains.
+pub struct Task<M> {
+    pub model: M,
+    pub tokens: Vec<u8>,
+    pub seq_len: usize,
+}
+
+impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        self.model.visit(f)
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        self.model.visit_mut(f)
+    }
+}
+
+impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
+    fn train_step(&mut self, _step: u64) -> T {
+        self.model.loss(&self.tokens, self.seq_len, true)
+    }
+    fn set_trainable(&mut self, groups: &[String]) {
+        self.model.set_groups(groups);
+    }
+}
+
+fn bad(msg: String) -> ExperimentError {
+    ExperimentError::Data(msg)
+}
+
+fn check(cfg: &InductionConfig) -> Result<(), String> {
+    let m = &cfg.model;
+    if m.kind != "simplified" && m.kind != "full" {
+        return Err(format!(
+            "model.kind = `{}`: expected simplified or full",
+            m.kind
+        ));
+    }
+    if m.kind == "simplified" {
+        Simplified::<f64>::check_size(cfg.data.vocab, m.n_heads)?;
+    } else {
+        Full::<f64>::check_size(cfg.data.vocab, m.n_heads)?;
+    }
+    if cfg.data.seq_len + 1 < 2 * m.n_heads {
+        return Err(format!(
+            "data.seq_len = {} < 2 n_heads - 1",
+            cfg.data.seq_len
+        ));
+    }
+    if m.dtype != "f64" && m.dtype != "f32" {
+        return Err(format!("model.dtype = `{}`: expected f64 or f32", m.dtype));
+    }
+    if !(1..=16).contains(&m.n_heads) {
+        return Err(format!("model.n_heads = {}: must be in 1..=16", m.n_heads));
+    }
+    if m.degree == 0 || m.degree > m.n_heads {
+        return Err(format!(
+            "model.degree = {}: must be in 1..=n_heads",
+            m.degree
+        ));
+    }
+    if !(2..=64).contains(&cfg.data.vocab) {
+        return Err(format!(
+            "data.vocab = {}: must be in 2..=64",
+            cfg.data.vocab
+        ));
+    }
+    LossKind::parse(&m.loss)?;
+    Variant::parse(&cfg.data.variant)?;
+    if cfg.data.n_train == 0 || cfg.data.n_val == 0 {
+        return Err("data.n_train and data.n_val must be > 0".into());
+    }
+    Ok(())
+}
+
+/// The registered experiment.
+pub struct Induction;
+
+impl Experiment for Induction {
+    fn name(&self) -> &'static str {
+        "induction"
+    }
+    fn citation(&self) -> &'static str {
+        "Chen, Sheen, Wang, Yang (2024). Unveiling Induction Heads: Provable Training Dynamics and Feature Learning in Transformers. NeurIPS 2024, arXiv:2409.10559"
+    }
+    fn default_config(&self) -> toml::Table {
+        config::table_of(&InductionConfig::default())
+    }
+    fn validate(&self, table: &toml::Table, file: &str) -> Result<(), ConfigError> {
+        let cfg: InductionConfig = config::typed(table, file)?;
+        check(&cfg).map_err(|message| ConfigError::Invalid {
+            file: file.to_string(),
+            message,
+        })
+    }
+    fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        let cfg: InductionConfig = ctx.typed()?;
+        check(&cfg).map_err(bad)?;
+        let f32 = cfg.model.dtype == "f32";
+        let loss = LossKind::parse(&cfg.model.loss).map_err(bad)?;
+        let m = &cfg.model;
+        let simple = SimplifiedConfig {
+            d_vocab: cfg.data.vocab,
+            n_heads: m.n_heads,
+            degree: m.degree,
+            w_plus: m.w_plus,
+            w_minus: m.w_minus,
+            c_init: m.c_init,
+            a_init: m.a_init,
+            loss,
+            nll_floor: m.nll_floor,
+        };
+        let full = FullConfig {
+            d_vocab: cfg.data.vocab,
+            n_heads: m.n_heads,
+            degree: m.degree,
+            w_plus: m.w_plus,
+            w_minus: m.w_minus,
+            c_init: m.c_init,
+            a_init: m.a_init,
+            proj_init: m.proj_init,
+            loss,
+            nll_floor: m.nll_floor,
+        };
+        match (m.kind.as_str(), f32) {
+            ("full", true) => run_typed::<f32, _>(&cfg, ctx, Full::<f32>::new(&full)),
+            ("full", false) => run_typed::<f64, _>(&cfg, ctx, Full::<f64>::new(&full)),
+            (_, true) => run_typed::<f32, _>(&cfg, ctx, Simplified::<f32>::new(&simple)),
+            (_, false) => run_typed::<f64, _>(&cfg, ctx, Simplified::<f64>::new(&simple)),
+        }
+    }
+    fn reproduce(&self) -> Vec<ReproduceItem> {
+        let items = |preset: &'static str, o: &[&str]| ReproduceItem {
+            preset,
+            overrides: o.iter().map(|s| s.to_string()).collect(),
+        };
+        vec![
+            items("induction-simplified", REPRODUCE_OVERRIDES),
+            items("induction-noncontiguous", REPRODUCE_SHORT),
+            items("induction-bigram", REPRODUCE_SHORT),
+        ]
+    }
+}
+
+/// The shortened schedule `mechlab reproduce induction` runs for the paper's setting
+/// (2 000 of the paper's 50 000 epochs; see `docs/induction.md`).
+pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=2000", "probe.gen_n=500"];
+/// The variants' shortened schedule under `mechlab reproduce induction`.
+pub const REPRODUCE_SHORT: &[&str] = &["train.steps=800", "probe.gen_n=300"];
+
+fn spec_of(cfg: &InductionConfig, n: usize) -> Result<MarkovSpec, String> {
+    Ok(MarkovSpec {
+        vocab: cfg.data.vocab,
+        seq_len: cfg.data.seq_len,
+        parents: cfg.data.parents.clone(),
+        alpha: cfg.data.alpha,
+        n_seqs: n,
+        variant: Variant::parse(&cfg.data.variant)?,
+    })
+}
+
+fn run_typed<T: Float, M: InductionModel<T>>(
+    cfg: &InductionConfig,
+    ctx: &mut RunCtx,
+    model: M,
+) -> Result<Summary, ExperimentError> {
+    let seed = ctx.seed();
+    let spec = spec_of(cfg, cfg.data.n_train + cfg.data.n_val).map_err(bad)?;
+    let all = markov::generate(&spec, seed).map_err(bad)?;
+    let train = all.slice(0, cfg.data.n_train);
+    let val = all.slice(cfg.data.n_train, all.len());
+    let code = cfg.model.loss == "code";
+    let h = cfg.model.n_heads;
+    let nd = 2 * h - 1;
+    let mut task = Task {
+        model,
+        tokens: train.tokens.clone(),
+        seq_len: cfg.data.seq_len,
+    };
+    let init_pattern = task.model.interior_pattern();
+    let names: Vec<String> = task
+        .model
+        .subsets()
+        .iter()
+        .map(|m| subset_name(*m, h))
+        .collect();
+    let keys: Vec<String> = names.iter().map(|n| format!("share.{n}")).collect();
+    let floor = cfg.model.nll_floor;
+
+    // --- train, probing the three parts as they form ---
+    let mut probe_fn = |t: &mut Task<M>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
+        let shares = t.model.c_shares();
+        let (vc, vt) = probe::model_losses(&mut t.model, &val, floor);
+        let pat = t.model.interior_pattern();
+        let mut rec: Vec<(String, f64)> = vec![
+            ("a".into(), t.model.a()),
+            ("val_code_loss".into(), vc),
+            ("val_nll".into(), vt),
+        ];
+        for (i, m) in t.model.subsets().iter().enumerate() {
+            if m & 1 == 0 {
+                rec.push((keys[i].clone(), shares[i]));
+            }
+        }
+        for hd in 0..h {
+            for r in 0..nd {
+                rec.push((format!("pattern.h{hd}.d{}", r + 1), pat[hd * nd + r]));
+            }
+        }
+        let refs: Vec<(&str, f64)> = rec.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        ctx.metrics()
+            .log("probe", step, &refs)
+            .map_err(|e| RunError::Io {
+                path: "metrics.jsonl".into(),
+                source: e,
+            })
+    };
+    let fitted = fit(&mut task, &cfg.train, ctx, &mut probe_fn)?;
+
+    // --- final measurements ---
+    let model = &mut task.model;
+    let sel = probe::selector::<T, M>(model);
+    let window = nd;
+    let (mi_best, mi_all) =
+        probe::mi_argmax(&train, window.min(6), cfg.model.degree, cfg.probe.mi_power);
+    let mut truth = cfg.data.parents.clone();
+    truth.sort_unstable();
+    let (val_code, val_nll) = probe::model_losses(model, &val, floor);
+    let base = |b: Baseline| markov::baseline_losses(&val, &b);
+    let uniform = base(Baseline::Uniform);
+    let bayes = base(Baseline::Bayes(truth.clone()));
+    let gih = base(Baseline::Empirical(truth.clone()));
+    let oracle = base(Baseline::Oracle);
+    let a_final = model.a();
+    let mut grng = stream(seed, Stream::Sample);
+    let mut points: Vec<(usize, f64)> = cfg
+        .probe
+        .gen_lengths
+        .iter()
+        .map(|&l| (l, cfg.data.alpha))
+        .collect();
+    points.extend(cfg.probe.gen_alphas.iter().map(|&a| (cfg.data.seq_len, a)));
+    let gspec = spec_of(cfg, cfg.probe.gen_n).map_err(bad)?;
+    let gen = probe::generalisation(model, &gspec, &points, &mut grng, floor).map_err(bad)?;
+
+    let (prev_scores, ind_score) =
+        probe::head_scores::<T, M>(model, cfg.data.vocab, 20, 200, &mut grng);
+
+    // --- figures ---
+    let recs = metrics::read(&ctx.dir().join("metrics.jsonl")).map_err(bad)?;
+    let mut fig = Figure::lines("c_shares", "Selector: c² share of each kernel subset", "epoch", "c_δ² / Σ c²").log_x()
+        .caption("Normalised c_δ² of the subsets without the raw token; the subset of heads copying the true parents should take the whole share.");
+    for (i, m) in model.subsets().iter().enumerate() {
+        if m & 1 == 0 {
+            let (x, y) = metrics::series(&recs, "probe", &keys[i]);
+            fig = fig.with_series(Series::new(
+                &names[i],
+                x.iter().map(|s| s + 1.0).collect(),
+                y,
+            ));
+        }
+    }
+    ctx.figure(&fig)?;
+    let (ax, ay) = metrics::series(&recs, "probe", "a");
+    ctx.figure(&Figure::lines("a", "Classifier: the layer-2 scale a(t)", "epoch + 1", "a").log_x()
+        .caption("a grows without bound under gradient flow: the induction head sharpens towards the empirical n-gram.")
+        .with_series(Series::new("a", ax.iter().map(|s| s + 1.0).collect(), ay)))?;
+    let dticks: Vec<String> = (1..=nd).map(|r| format!("d={r}")).collect();
+    let hticks: Vec<String> = (0..h).map(|r| format!("head {r}")).collect();
+    for (id, title, vals) in [
+        (
+            "W_before",
+            "Copier: layer-1 attention per distance, at init",
+            init_pattern.clone(),
+        ),
+        (
+            "W_after",
+            "Copier: layer-1 attention per distance, after training",
+            model.interior_pattern(),
+        ),
+    ] {
+        ctx.figure(&Figure::heatmap(id, title, "relative distance", "head", h, nd, vals, false)
+            .with_ticks(hticks.clone(), dticks.clone())
+            .caption("softmax(W[:, h]) over head h's window h+1..h+H, at a position where every distance exists."))?;
+    }
+    let (lx, ly) = metrics::series(&recs, "probe", "val_code_loss");
+    let (tx, ty) = metrics::series(&recs, "train", "loss");
+    let mut lf = Figure::lines("loss", "Loss against the baselines", "epoch + 1", if code { "code loss" } else { "−log ŷ_y" }).log_x()
+        .caption("Training and validation loss; dashed lines: the baselines on the validation set under the same loss.");
+    if code {
+        lf = lf.with_series(Series::new(
+            "validation",
+            lx.iter().map(|s| s + 1.0).collect(),
+            ly,
+        ));
+    } else {
+        let (nx, ny) = metrics::series(&recs, "probe", "val_nll");
+        lf = lf.with_series(Series::new(
+            "validation",
+            nx.iter().map(|s| s + 1.0).collect(),
+            ny,
+        ));
+    }
+    lf = lf.with_series(Series::new(
+        "train",
+        tx.iter().map(|s| s + 1.0).collect(),
+        ty,
+    ));
+    let pick = |p: (f64, f64)| if code { p.0 } else { p.1 };
+    for (n, v) in [
+        ("uniform attention", uniform),
+        ("Bayes", bayes),
+        ("induction head (empirical n-gram)", gih),
+        ("oracle π", oracle),
+    ] {
+        lf = lf.with_hline(n, pick(v));
+    }
+    if code {
+        let s = cfg.data.vocab as f64;
+        lf = lf.with_hline(
+            "code-loss floor",
+            -(1f64.exp() / (1f64.exp() + s - 1.0)).ln(),
+        );
+    }
+    ctx.figure(&lf)?;
+    for (id, title, xl, pts) in [
+        (
+            "gen_length",
+            "Generalisation over L (trained parameters, fresh data)",
+            "L",
+            gen.iter()
+                .filter(|g| g.alpha == cfg.data.alpha && cfg.probe.gen_lengths.contains(&g.seq_len))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "gen_alpha",
+            "Generalisation over α (trained parameters, fresh data)",
+            "α",
+            gen.iter()
+                .skip(cfg.probe.gen_lengths.len())
+                .collect::<Vec<_>>(),
+        ),
+    ] {
+        let xs: Vec<f64> = pts
+            .iter()
+            .map(|g| {
+                if id == "gen_length" {
+                    g.seq_len as f64
+                } else {
+                    g.alpha
+                }
+            })
+            .collect();
+        let col = |f: &dyn Fn(&probe::GenPoint) -> (f64, f64)| {
+            pts.iter().map(|g| pick(f(g))).collect::<Vec<f64>>()
+        };
+        ctx.figure(&Figure::lines(id, title, xl, if code { "code loss" } else { "−log ŷ_y" }).log_x()
+            .caption("The model's loss beside the Bayes, induction-head and uniform baselines on the same fresh sequences.")
+            .with_series(Series::new("model", xs.clone(), col(&|g| g.model)))
+            .with_series(Series::new("Bayes", xs.clone(), col(&|g| g.bayes)).dashed())
+            .with_series(Series::new("induction head", xs.clone(), col(&|g| g.induction)).dashed())
+            .with_series(Series::new("uniform attention", xs.clone(), col(&|g| g.uniform)).dashed()))?;
+    }
+
+    // --- summary and verdicts ---
+    let mut s = Summary::new("induction", seed);
+    s.metric("final_train_loss", fitted.final_loss);
+    s.metric("val_code_loss", val_code);
+    s.metric("val_nll", val_nll);
+    s.metric("a", a_final);
+    s.metric("selector_share", sel.share);
+    s.metric("induction_score", ind_score);
+    for (hd, v) in prev_scores.iter().enumerate() {
+        s.metric(&format!("prev_token_score.h{hd}"), *v);
+    }
+    for (n, v) in [
+        ("uniform", uniform),
+        ("bayes", bayes),
+        ("induction", gih),
+        ("oracle", oracle),
+    ] {
+        s.metric(&format!("baseline_{n}_code"), v.0);
+        s.metric(&format!("baseline_{n}_nll"), v.1);
+    }
+    let final_shares = model.c_shares();
+    for (i, m) in model.subsets().iter().enumerate() {
+        if m & 1 == 0 {
+            s.metric(&keys[i], final_shares[i]);
+        }
+    }
+    for g in &gen {
+        s.metric(
+            &format!(
+                "gen.L{}.alpha{}.{}",
+                g.seq_len,
+                g.alpha,
+                if code { "code" } else { "nll" }
+            ),
+            pick(g.model),
+        );
+    }
+    s.verdict(
+        "selector: the winning kernel subset's heads copy the true parents",
+        &format!("distances {truth:?}"),
+        format!(
+            "{} (share {:.3}) copies {:?}",
+            names[model
+                .subsets()
+                .iter()
+                .position(|m| *m == sel.mask)
+                .unwrap_or(0)],
+            sel.share,
+            sel.distances
+        ),
+        sel.distances == truth && sel.share > 0.5,
+    );
+    s.verdict(
+        "selector = argmax of the modified χ² mutual information (|P| ≤ D)",
+        &format!("{mi_best:?}"),
+        format!("{:?}", sel.distances),
+        sel.distances == mi_best,
+    );
+    let (pu, pb) = (pick(uniform), pick(bayes));
+    let vloss = if code { val_code } else { val_nll };
+    s.verdict(
+        "the loss falls well below the uniform-attention baseline, towards Bayes",
+        &format!("< uniform {pu:.3} − ½(uniform − Bayes {pb:.3})"),
+        format!("{vloss:.4}"),
+        vloss < pu - 0.5 * (pu - pb),
+    );
+    s.verdict(
+        "classifier: a grows",
+        &format!("a ≫ a_init = {}", cfg.model.a_init),
+        format!("{a_final:.3}"),
+        a_final > 10.0 * cfg.model.a_init.abs().max(0.01),
+    );
+
+    let mi_table: String = mi_all
+        .iter()
+        .map(|(p, v)| format!("| {p:?} | {v:.4} |\n"))
+        .collect();
+    ctx.notes(&format!(
+        "## Setting\n\nS = {}, L = {}, parents {:?}, α = {}, {} train / {} validation sequences ({}), \
+         H = {h}, D = {}, w+ = {}, w- = {}, c_init = {}, a_init = {}, loss = {}, {} epochs of full-batch \
+         gradient descent (the stand-in for gradient flow), dtype {}.\n\n\
+         ## Paper vs ours\n\nThe authors' committed run (S = 3, L = 100, α = 0.1, H = 3, D = 2, lr 1, \
+         joint, 50 000 epochs): share of {{1,2}} → 1.000; a: 0.01 → 0.70 (epoch 10) → 4.28 (100) → 7.28 (1 000) → 11.35 (50 000); \
+         validation code loss 0.900 → 0.652; perfect induction head ≈ 0.648, Bayes ≈ 0.652 (code loss).\n\n\
+         | quantity | ours |\n|---|---|\n| selector share | {:.3} on {:?} |\n| a | {:.3} |\n| validation code loss | {:.4} |\n\
+         | validation −log ŷ_y | {:.4} |\n| uniform / Bayes / induction head / oracle (code) | {:.4} / {:.4} / {:.4} / {:.4} |\n\n\
+         a over training: {}\n\n\
+         Head scores on repeated random tokens (T = 20, repeated; uniform = 1/40 = 0.025): \
+         previous-token score per layer-1 head {:?}; layer-2 induction score {:.3}.\n\n\
+         ## Modified χ² mutual information of each parent set (training data, power {})\n\n| set | Ĩ |\n|---|---|\n{mi_table}\n\
+         The code loss is the authors' (cross-entropy of the probability vector as logits); its floor is \
+         −log(e/(e+S−1)) ≈ 0.551 for S = 3. Generalisation uses fresh data from the Sample stream.\n",
+        cfg.data.vocab, cfg.data.seq_len, cfg.data.parents, cfg.data.alpha, cfg.data.n_train, cfg.data.n_val,
+        cfg.data.variant, cfg.model.degree, cfg.model.w_plus, cfg.model.w_minus, cfg.model.c_init, cfg.model.a_init,
+        cfg.model.loss, cfg.train.total_steps(), cfg.model.dtype,
+        sel.share, sel.distances, a_final, val_code, val_nll, uniform.0, bayes.0, gih.0, oracle.0,
+        a_at(&recs, &[10, 100, 1000, 10000, 50000]),
+        prev_scores.iter().map(|v| (v * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
+        ind_score,
+        cfg.probe.mi_power,
+    ))?;
+    Ok(s)
+}
+
+fn a_at(recs: &[serde_json::Map<String, serde_json::Value>], steps: &[u64]) -> String {
+    let (x, y) = metrics::series(recs, "probe", "a");
+    steps
+        .iter()
+        .filter_map(|&st| {
+            x.iter()
+                .position(|&s| s as u64 == st)
+                .map(|i| format!("epoch {st}: {:.2}", y[i]))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

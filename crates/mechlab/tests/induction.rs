@@ -1,0 +1,300 @@
+//! Induction heads (Chen et al. 2024): gradient checks and mechanism tests.
+
+use mechlab::data::markov::{generate, MarkovSpec};
+use mechlab::models::induction_simplified::{LossKind, Simplified, SimplifiedConfig};
+use mechlab_engine::gradcheck::{check, DEFAULT_H};
+use mechlab_engine::Parameters;
+
+#[path = "support/full_direct.rs"]
+mod full_direct;
+
+fn flat(m: &Simplified<f64>) -> Vec<f64> {
+    let mut v = Vec::new();
+    m.visit(&mut |p| v.extend_from_slice(p.value()));
+    v
+}
+
+fn set(m: &mut Simplified<f64>, x: &[f64]) {
+    let mut o = 0;
+    m.visit_mut(&mut |p| {
+        let n = p.numel();
+        p.value_mut().copy_from_slice(&x[o..o + n]);
+        o += n;
+    });
+}
+
+fn gradcheck_simplified(loss: LossKind, heads: usize, degree: usize) {
+    let spec = MarkovSpec {
+        n_seqs: 70,
+        seq_len: 12,
+        ..MarkovSpec::default()
+    };
+    let data = generate(&spec, 11).unwrap();
+    let cfg = SimplifiedConfig {
+        loss,
+        n_heads: heads,
+        degree,
+        ..SimplifiedConfig::default()
+    };
+    let mut m = Simplified::<f64>::new(&cfg);
+    // a generic point, away from the symmetric init
+    let x0: Vec<f64> = flat(&m)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v + 0.3 * ((i as f64 * 1.7).sin()) + if i + 1 == flat(&m).len() { 1.5 } else { 0.0 }
+        })
+        .collect();
+    set(&mut m, &x0);
+    m.zero_grad();
+    m.loss(&data.tokens, 12, true);
+    let mut g = Vec::new();
+    m.visit(&mut |p| g.extend_from_slice(p.grad()));
+    let mut f = |x: &[f64]| {
+        set(&mut m, x);
+        m.loss(&data.tokens, 12, false)
+    };
+    check(&mut f, &x0, &g, DEFAULT_H)
+        .assert_below(1e-6, &format!("simplified {loss:?} H={heads} D={degree}"));
+}
+
+fn gradcheck_full(loss: LossKind) {
+    use mechlab::models::induction_full::{Full, FullConfig};
+    let spec = MarkovSpec {
+        n_seqs: 70,
+        seq_len: 12,
+        ..MarkovSpec::default()
+    };
+    let data = generate(&spec, 13).unwrap();
+    let cfg = FullConfig {
+        loss,
+        ..FullConfig::default()
+    };
+    let mut m = Full::<f64>::new(&cfg);
+    let flat = |m: &Full<f64>| {
+        let mut v = Vec::new();
+        m.visit(&mut |p| v.extend_from_slice(p.value()));
+        v
+    };
+    let n = flat(&m).len();
+    // a generic point: QK and OV far from the identity, LN gain and bias off 1 and 0
+    let x0: Vec<f64> = flat(&m)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + 0.4 * ((i as f64 * 1.3).sin()) + if i + 1 == n { 2.0 } else { 0.0 })
+        .collect();
+    let set = |m: &mut Full<f64>, x: &[f64]| {
+        let mut o = 0;
+        m.visit_mut(&mut |p| {
+            let k = p.numel();
+            p.value_mut().copy_from_slice(&x[o..o + k]);
+            o += k;
+        });
+    };
+    set(&mut m, &x0);
+    m.zero_grad();
+    m.loss(&data.tokens, 12, true);
+    let mut g = Vec::new();
+    m.visit(&mut |p| g.extend_from_slice(p.grad()));
+    let mut f = |x: &[f64]| {
+        set(&mut m, x);
+        m.loss(&data.tokens, 12, false)
+    };
+    check(&mut f, &x0, &g, DEFAULT_H).assert_below(1e-6, &format!("full {loss:?}"));
+}
+
+#[test]
+fn full_tables_match_the_direct_model() {
+    use full_direct::{Full as Direct, FullConfigDirect};
+    use mechlab::models::induction_full::{Full, FullConfig};
+    let spec = MarkovSpec {
+        n_seqs: 600,
+        seq_len: 30,
+        ..MarkovSpec::default()
+    };
+    let data = generate(&spec, 17).unwrap();
+    for loss in [LossKind::Code, LossKind::Nll] {
+        let mut a = Full::<f64>::new(&FullConfig {
+            loss,
+            ..FullConfig::default()
+        });
+        let mut b = Direct::<f64>::new(&FullConfigDirect {
+            loss,
+            ..FullConfigDirect::default()
+        });
+        let mut x = Vec::new();
+        a.visit(&mut |p| x.extend_from_slice(p.value()));
+        let x: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + 0.5 * (i as f64 * 0.9).cos())
+            .collect();
+        let mut o = 0;
+        a.visit_mut(&mut |p| {
+            let k = p.numel();
+            p.value_mut().copy_from_slice(&x[o..o + k]);
+            o += k;
+        });
+        let mut o = 0;
+        b.visit_mut(&mut |p| {
+            let k = p.numel();
+            p.value_mut().copy_from_slice(&x[o..o + k]);
+            o += k;
+        });
+        a.zero_grad();
+        b.zero_grad();
+        let (la, lb) = (
+            a.loss(&data.tokens, 30, true),
+            b.loss(&data.tokens, 30, true),
+        );
+        assert!((la - lb).abs() < 1e-12, "{la} vs {lb}");
+        let (mut ga, mut gb) = (Vec::new(), Vec::new());
+        a.visit(&mut |p| ga.extend_from_slice(p.grad()));
+        b.visit(&mut |p| gb.extend_from_slice(p.grad()));
+        for (i, (u, v)) in ga.iter().zip(&gb).enumerate() {
+            assert!(
+                (u - v).abs() < 1e-12 * (1.0 + v.abs()),
+                "grad {i}: {u} vs {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn full_gradients_both_losses() {
+    gradcheck_full(LossKind::Code);
+    gradcheck_full(LossKind::Nll);
+}
+
+#[test]
+fn simplified_gradients_code_loss() {
+    gradcheck_simplified(LossKind::Code, 3, 2);
+    gradcheck_simplified(LossKind::Code, 3, 3);
+}
+
+#[test]
+fn simplified_gradients_true_loss() {
+    gradcheck_simplified(LossKind::Nll, 3, 2);
+    gradcheck_simplified(LossKind::Nll, 2, 2);
+}
+
+// ---------------------------------------------------------------------------
+// Mechanism: a shortened run through the whole experiment (data, training,
+// probes, figures, verdicts), and controls that break it on purpose.
+
+struct Outcome {
+    summary: mechlab::run::summary::Summary,
+    dir: tempfile::TempDir,
+}
+
+fn run_short(overrides: &[&str]) -> Outcome {
+    let exp = mechlab::experiments::find("induction").expect("registered");
+    let mut table = exp.default_config();
+    let preset = mechlab::config::presets::find("induction-simplified").unwrap();
+    mechlab::config::overlay(
+        &mut table,
+        &mechlab::config::parse(preset.text, "preset").unwrap(),
+        "preset",
+    )
+    .unwrap();
+    for o in [
+        "data.n_train=1500",
+        "data.n_val=300",
+        "train.steps=300",
+        "probe.gen_n=100",
+        "probe.gen_lengths=[20, 200]",
+        "probe.gen_alphas=[0.05]",
+        "run.checkpoints=false",
+    ]
+    .iter()
+    .chain(overrides)
+    {
+        mechlab::config::apply_override(&mut table, o).unwrap();
+    }
+    exp.validate(&table, "test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut ctx =
+        mechlab::run::RunCtx::create(&dir.path().join("run"), table, "test", true).unwrap();
+    let summary = exp.run(&mut ctx).unwrap();
+    ctx.finish(&summary).unwrap();
+    Outcome { summary, dir }
+}
+
+fn verdict<'a>(
+    s: &'a mechlab::run::summary::Summary,
+    prefix: &str,
+) -> &'a mechlab::run::summary::Verdict {
+    s.verdicts
+        .iter()
+        .find(|v| v.claim.starts_with(prefix))
+        .unwrap()
+}
+
+#[test]
+fn selector_picks_the_true_parents_and_the_loss_falls() {
+    let o = run_short(&[]);
+    let s = &o.summary;
+    assert!(verdict(s, "selector: the winning").pass, "{:?}", s.verdicts);
+    assert!(s.metrics["share.{1,2}"] > 0.9, "{:?}", s.metrics);
+    let uniform = s.metrics["baseline_uniform_code"];
+    let bayes = s.metrics["baseline_bayes_code"];
+    let loss = s.metrics["val_code_loss"];
+    assert!(
+        loss < uniform - 0.5 * (uniform - bayes),
+        "loss {loss} uniform {uniform} bayes {bayes}"
+    );
+    assert!(s.metrics["a"] > 1.0);
+    // every figure the report needs was written
+    for f in [
+        "c_shares",
+        "a",
+        "W_before",
+        "W_after",
+        "loss",
+        "gen_length",
+        "gen_alpha",
+    ] {
+        assert!(
+            o.dir.path().join(format!("run/figures/{f}.json")).exists(),
+            "{f}"
+        );
+    }
+    assert!(o.dir.path().join("run/notes.md").exists());
+}
+
+#[test]
+fn control_other_parents_move_the_selector_off_1_2() {
+    // the same assertion as above must fail when the data's parents change
+    let o = run_short(&["data.parents=[2, 3]"]);
+    let s = &o.summary;
+    assert!(s.metrics["share.{1,2}"] < 0.5, "{:?}", s.metrics);
+    assert!(!verdict(s, "selector: the winning")
+        .measured
+        .contains("copies [1, 2]"));
+}
+
+#[test]
+fn control_without_training_the_loss_stays_at_uniform() {
+    let o = run_short(&["train.lr=0.0", "train.steps=5"]);
+    let s = &o.summary;
+    let uniform = s.metrics["baseline_uniform_code"];
+    let bayes = s.metrics["baseline_bayes_code"];
+    assert!(s.metrics["val_code_loss"] > uniform - 0.1 * (uniform - bayes));
+    assert!(!verdict(s, "the loss falls").pass);
+}
+
+#[test]
+fn full_model_runs_through_the_experiment_and_learns() {
+    let o = run_short(&[
+        "model.kind=\"full\"",
+        "data.n_train=300",
+        "data.n_val=100",
+        "train.steps=40",
+        "train.lr=0.5",
+        "model.dtype=\"f32\"",
+    ]);
+    let s = &o.summary;
+    let uniform = s.metrics["baseline_uniform_code"];
+    assert!(s.metrics["val_code_loss"] < uniform, "{:?}", s.metrics);
+    assert!(s.metrics["a"] > 0.01);
+}
