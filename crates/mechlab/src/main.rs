@@ -226,10 +226,10 @@ fn real_main() -> Result<i32> {
                 all_pass &= o.passed();
                 match &o.result {
                     Ok(s) => {
-                        println!("== {} ({:.1} s)", o.preset, o.seconds);
+                        println!("== {} ({:.1} s)", o.name, o.seconds);
                         print_verdicts(s);
                     }
-                    Err(e) => println!("== {} ({:.1} s): error: {e}", o.preset, o.seconds),
+                    Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
                 }
             }
             println!("report: {}", out.join("report.html").display());

@@ -7,17 +7,18 @@
 //! each run's figures.
 
 use super::{report, resolve, run};
-use crate::experiments::{self, ExperimentError};
+use crate::experiments::{self, ExperimentError, ReproduceItem};
 use crate::run::summary::Summary;
 use crate::run::{atomic, io_err, RunError};
-use mechlab_report::{Block, Report, Section};
+use mechlab_report::{Block, Report, Section, Verdict};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// One finished reproduce run.
 pub struct Outcome {
     pub paper: String,
-    pub preset: String,
+    /// The run's name: its preset, plus the overridden keys when a preset runs twice.
+    pub name: String,
     pub dir: PathBuf,
     pub seconds: f64,
     pub result: Result<Summary, String>,
@@ -50,12 +51,14 @@ pub fn reproduce(
         .iter()
         .filter(|e| papers.is_empty() || papers.iter().any(|p| p == e.name()))
     {
-        for item in exp.reproduce() {
-            let dir = out.join(item.preset);
+        let items = exp.reproduce();
+        for item in &items {
+            let name = run_name(item, &items);
+            let dir = out.join(&name);
             // This folder is ours (a previous reproduce): start it afresh.
             let _ = std::fs::remove_dir_all(&dir);
             if !quiet {
-                eprintln!("reproduce: {} ({})", item.preset, exp.name());
+                eprintln!("reproduce: {name} ({})", exp.name());
             }
             let t0 = Instant::now();
             let result = resolve(item.preset, &item.overrides, None)
@@ -64,7 +67,7 @@ pub fn reproduce(
                 .map_err(|e| e.to_string());
             outcomes.push(Outcome {
                 paper: exp.name().to_string(),
-                preset: item.preset.to_string(),
+                name,
                 dir,
                 seconds: t0.elapsed().as_secs_f64(),
                 result,
@@ -75,51 +78,55 @@ pub fn reproduce(
     Ok(outcomes)
 }
 
+/// A reproduce run's folder name: its preset, plus the keys it overrides when the
+/// same preset runs more than once (`topic-value+bert_embedding_ln`).
+fn run_name(item: &ReproduceItem, all: &[ReproduceItem]) -> String {
+    if all.iter().filter(|i| i.preset == item.preset).count() < 2 || item.overrides.is_empty() {
+        return item.preset.to_string();
+    }
+    let keys: Vec<&str> = item
+        .overrides
+        .iter()
+        .map(|o| o.split('=').next().unwrap_or(o))
+        .map(|k| k.rsplit('.').next().unwrap_or(k))
+        .collect();
+    format!("{}+{}", item.preset, keys.join("+"))
+}
+
 fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let total: f64 = outcomes.iter().map(|o| o.seconds).sum();
-    let mut verdict_rows = Vec::new();
+    let mut verdict_blocks = Vec::new();
     let mut runs_rows = Vec::new();
     let mut json_runs = Vec::new();
     for o in outcomes {
         let (status, n_pass, n) = match &o.result {
             Ok(s) => {
-                for v in &s.verdicts {
-                    verdict_rows.push(vec![
-                        o.preset.clone(),
-                        v.claim.clone(),
-                        v.prediction.clone(),
-                        v.measured.clone(),
-                        if v.pass {
-                            "✅ pass".into()
-                        } else {
-                            "❌ FAIL".into()
-                        },
-                    ]);
-                }
+                verdict_blocks.push(Block::Markdown(format!("**{}** ({})", o.name, o.paper)));
+                verdict_blocks.push(Block::Verdicts(s.verdicts.clone()));
                 let np = s.verdicts.iter().filter(|v| v.pass).count();
                 ("ok".to_string(), np, s.verdicts.len())
             }
             Err(e) => {
-                verdict_rows.push(vec![
-                    o.preset.clone(),
-                    "the run completes".into(),
-                    "no error".into(),
-                    e.clone(),
-                    "❌ FAIL".into(),
-                ]);
+                verdict_blocks.push(Block::Markdown(format!("**{}** ({})", o.name, o.paper)));
+                verdict_blocks.push(Block::Verdicts(vec![Verdict {
+                    claim: "the run completes".into(),
+                    prediction: "no error".into(),
+                    measured: e.clone(),
+                    pass: false,
+                }]));
                 (format!("error: {e}"), 0, 1)
             }
         };
         runs_rows.push(vec![
             o.paper.clone(),
-            format!("[{0}]({0}/report.html)", o.preset),
+            format!("[{0}]({0}/report.html)", o.name),
             format!("{:.1} s", o.seconds),
             format!("{n_pass}/{n}"),
             status.clone(),
         ]);
         json_runs.push(serde_json::json!({
-            "paper": o.paper, "preset": o.preset, "seconds": o.seconds, "status": status,
+            "paper": o.paper, "preset": o.name, "seconds": o.seconds, "status": status,
             "summary": o.result.as_ref().ok(),
         }));
     }
@@ -130,12 +137,7 @@ fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
                 "Verdicts ({passed}/{} runs pass every claim)",
                 outcomes.len()
             ),
-            blocks: vec![Block::Table {
-                headers: ["run", "claim", "theory predicts", "measured", "verdict"]
-                    .map(String::from)
-                    .to_vec(),
-                rows: verdict_rows,
-            }],
+            blocks: verdict_blocks,
         },
         Section {
             title: format!("Runs ({total:.1} s in total)"),
@@ -153,12 +155,12 @@ fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
         if let Ok((_, figs)) = report::document(&o.dir) {
             let mut blocks = Vec::new();
             for mut f in figs {
-                f.id = format!("{}/figures/{}", o.preset, f.id);
+                f.id = format!("{}/figures/{}", o.name, f.id);
                 blocks.push(Block::Figure(f.id.clone()));
                 figures.push(f);
             }
             sections.push(Section {
-                title: format!("{} ({})", o.preset, o.paper),
+                title: format!("{} ({})", o.name, o.paper),
                 blocks,
             });
         }
