@@ -308,10 +308,10 @@ impl Experiment for Induction {
 }
 
 /// The shortened schedule `mechlab reproduce induction` runs for the paper's setting
-/// (2 000 of the paper's 50 000 epochs; see `docs/induction.md`).
-pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=2000", "probe.gen_n=500"];
+/// (1 500 of the paper's 50 000 epochs; see `docs/induction.md`).
+pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=1500", "probe.gen_n=500"];
 /// The variants' shortened schedule under `mechlab reproduce induction`.
-pub const REPRODUCE_SHORT: &[&str] = &["train.steps=800", "probe.gen_n=300"];
+pub const REPRODUCE_SHORT: &[&str] = &["train.steps=600", "probe.gen_n=300"];
 
 fn spec_of(cfg: &InductionConfig, n: usize) -> Result<MarkovSpec, String> {
     Ok(MarkovSpec {
