@@ -98,7 +98,9 @@ pub fn run(
     quiet: bool,
 ) -> Result<Summary, ExperimentError> {
     let mut ctx = RunCtx::create(dir, resolved.table.clone(), command, quiet)?;
+    tracing::info!(run = %dir.display(), experiment = resolved.experiment.name(), "run started");
     let summary = resolved.experiment.run(&mut ctx)?;
+    tracing::info!(run = %dir.display(), pass = summary.all_pass(), "run finished");
     ctx.finish(&summary)?;
     report::build(dir)?;
     Ok(summary)
@@ -113,6 +115,7 @@ pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
         name: name.clone(),
         suggestion: None,
     })?;
+    tracing::info!(run = %dir.display(), experiment = %name, "resuming");
     let summary = exp.run(&mut ctx)?;
     ctx.finish(&summary)?;
     report::build(dir)?;

@@ -207,6 +207,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
         let si = ends.iter().position(|&e| s < e).expect("s < total");
         let stage: &Stage = &stages[si];
         if opt.as_ref().map(|(i, _)| *i) != Some(si) {
+            tracing::info!(stage = %stage.name, step = s, optimizer = ?stage.optimizer, lr = stage.lr, "stage started");
             model.set_trainable(&stage.groups);
             let mut o = Optimizer::new(stage.optimizer, hyper, model);
             if let Some((pst, t, m, v)) = pending.take() {
