@@ -40,7 +40,8 @@ enum Cmd {
         /// Run folder (default runs/<preset>-s<seed>).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Real-text data root for the presets that read corpora (sets data.path).
+        /// A corpus file or folder for the presets that read real text (sets the
+        /// experiment's data key: data.path for selection, wiki.file for topic).
         #[arg(long)]
         data: Option<PathBuf>,
     },
@@ -138,10 +139,20 @@ fn real_main() -> Result<i32> {
             out,
             data,
         } => {
+            let mut resolved = commands::resolve(&source, &set, seed)?;
             if let Some(d) = data {
-                set.push(format!("data.path=\"{}\"", d.display()));
+                let Some(key) = resolved.experiment.data_key() else {
+                    bail!(
+                        "--data: the {} experiment reads no data files",
+                        resolved.experiment.name()
+                    );
+                };
+                set.push(format!(
+                    "{key}={}",
+                    toml::Value::String(d.display().to_string())
+                ));
+                resolved = commands::resolve(&source, &set, seed)?;
             }
-            let resolved = commands::resolve(&source, &set, seed)?;
             let seed = resolved
                 .table
                 .get("seed")

@@ -167,6 +167,11 @@ fn bad_input_gives_one_line_errors_naming_the_file_or_key() {
     .unwrap();
     let e = fails(d, &["run", "typo.toml"]);
     assert!(e.contains("typo.toml") && e.contains("`modle"), "{e}");
+    // --data sets each experiment's own data key; a missing corpus is named.
+    let e = fails(d, &["run", "selection-imdb", "--data", "no/such/imdb"]);
+    assert!(e.contains("no/such/imdb"), "{e}");
+    let e = fails(d, &["run", "topic-wikipedia", "--data", "no/such/wiki.json"]);
+    assert!(e.contains("no/such/wiki.json"), "{e}");
     let e = fails(d, &["run", "selection-synthetik"]);
     assert!(e.contains("did you mean `selection-synthetic`"), "{e}");
 

@@ -48,6 +48,11 @@ pub trait Experiment: Sync {
     fn validate(&self, table: &toml::Table, file: &str) -> Result<(), ConfigError>;
     /// Runs (or, when `ctx.resuming()`, continues) the experiment.
     fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError>;
+    /// The config key that `--data PATH` sets (a corpus file or folder), if the
+    /// experiment reads real data.
+    fn data_key(&self) -> Option<&'static str> {
+        None
+    }
     /// The presets (with overrides) `mechlab reproduce` runs for this paper at its
     /// default scale.
     fn reproduce(&self) -> Vec<ReproduceItem>;

@@ -190,6 +190,10 @@ impl Experiment for Selection {
             ))),
         }
     }
+    fn data_key(&self) -> Option<&'static str> {
+        Some("data.path")
+    }
+
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![ReproduceItem {
             preset: "selection-synthetic",

@@ -566,6 +566,10 @@ impl Experiment for TopicExperiment {
             ))),
         }
     }
+    fn data_key(&self) -> Option<&'static str> {
+        Some("wiki.file")
+    }
+
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![
             ReproduceItem {
