@@ -33,32 +33,13 @@
 // Index loops read like the equations here.
 #![allow(clippy::needless_range_loop)]
 
+use super::induction_layer2::{window, Layer2};
 use mechlab_engine::{param, Float, Param, Parameters};
-use rayon::prelude::*;
 
-/// Sequences per work chunk: fixed, so the summation order never depends on threads.
-pub const CHUNK: usize = 512;
+pub use super::induction_layer2::{subset_name, subsets, LossKind, CHUNK};
+
 /// The `ε` of the unit-norm scaling, as in the authors' code.
 pub const NORM_EPS: f64 = 1e-7;
-
-/// Which loss a step minimises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LossKind {
-    /// Cross-entropy of ŷ treated as logits (the authors' code).
-    Code,
-    /// `−log max(ŷ_y, floor)`.
-    Nll,
-}
-
-impl LossKind {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "code" => Ok(LossKind::Code),
-            "nll" => Ok(LossKind::Nll),
-            _ => Err(format!("model.loss `{s}`: expected code or nll")),
-        }
-    }
-}
 
 /// Shape and initialisation.
 #[derive(Clone, Debug)]
@@ -91,43 +72,6 @@ impl Default for SimplifiedConfig {
     }
 }
 
-/// The kernel's subsets `δ` (bit `c` = component `c`), `|δ| ≤ degree`, in the order
-/// of the authors' `itertools.product` (component 0 the most significant digit).
-pub fn subsets(n_heads: usize, degree: usize) -> Vec<u32> {
-    let n = n_heads + 1;
-    (0u32..(1 << n))
-        .map(|code| {
-            // product order: digit k (k = 0 most significant) is component k
-            (0..n).fold(0u32, |m, k| m | (((code >> (n - 1 - k)) & 1) << k))
-        })
-        .filter(|m| (m.count_ones() as usize) <= degree)
-        .collect()
-}
-
-/// Human name of a subset: the parent distances its heads copy at initialisation,
-/// e.g. `{1,2}`; `{x}` marks the raw-token component.
-pub fn subset_name(mask: u32, n_heads: usize) -> String {
-    let mut parts = Vec::new();
-    if mask & 1 != 0 {
-        parts.push("x".to_string());
-    }
-    for h in 0..n_heads {
-        if mask & (1 << (h + 1)) != 0 {
-            parts.push(format!("{}", h + 1));
-        }
-    }
-    format!("{{{}}}", parts.join(","))
-}
-
-/// Per-chunk scratch and gradient partials.
-struct Work<T> {
-    win: Vec<usize>, // [L+1]: window code of each position (the 2H-1 tokens before it)
-    kidx: Vec<u32>,  // [L]: compact key-window index of each key
-    p: Vec<T>,       // [L]: blocks.1.attn.hook_pattern (query L)
-    d_n: Vec<T>,     // [NQW, NKW]: Σ ds over the (query, key) window pairs
-    loss: T,
-}
-
 /// The model: parameters, its subsets, the per-step tables and workspaces.
 ///
 /// Why tables: the layer-2 logit of key `l` depends on the sequence only through
@@ -149,29 +93,11 @@ pub struct Simplified<T: Float> {
     /// `blocks.0.attn.hook_pattern` by window: `[head, m (distances present, 0..=H), j]`,
     /// head h's weight on distance `h+1+j` when its first `m` distances exist.
     pub pattern: Vec<T>,
-    n_codes: usize, // (S+1)^H head codes
-    n_q: usize,     // S^H head codes without a missing token
-    q_code: Vec<usize>,
-    wq_list: Vec<usize>, // query windows (no missing token)
-    wq_index: Vec<usize>,
-    wk_list: Vec<usize>, // key windows (missing only as a suffix)
-    wk_index: Vec<u32>,
-    qw_head: Vec<usize>, // [NQW, H]: the ip-table row of each head for a query window
-    kw_head: Vec<usize>, // [NKW, H]: the head code of each head for a key window
-    u_tab: Vec<T>,       // [H, C, S]
-    norm_tab: Vec<T>,    // [H, C]
-    v_tab: Vec<T>,       // [H, C, S]
-    ip_raw: Vec<T>,      // [H, NQ, C]
-    n_tab: Vec<T>,       // [NQW, NKW]: N(q, k) = Σ_δ c_δ² K_δ
-    e_tab: Vec<T>,       // [NQW, NKW]: exp(a N / Z − row max)
-    d_n: Vec<T>,         // [NQW, NKW]
-    d_ip: Vec<T>,        // [H, NQ, C]
-    dv_tab: Vec<T>,      // [H, C, S]
-    d_pat: Vec<T>,       // [H, H+1, H]
-    sk_tot: Vec<T>,      // [n_sub]
-    active: Vec<(usize, [u8; 16], usize)>, // (subset index, members, |δ|) with δ_0 = 0
-    l: usize,
-    work: Vec<Work<T>>,
+    u_tab: Vec<T>,    // [H, C, S]: u before the unit-norm scaling
+    norm_tab: Vec<T>, // [H, C]: ‖u‖
+    d_pat: Vec<T>,    // [H, H+1, H]
+    /// Head codes `C = (S+1)^H`: the `H` band tokens.
+    l2: Layer2<T>,
     train_w: bool,
     train_c: bool,
     train_a: bool,
@@ -179,10 +105,6 @@ pub struct Simplified<T: Float> {
 
 /// Largest `(query windows) × (key windows)` table the model accepts.
 pub const MAX_TABLE: usize = 1 << 20;
-
-fn n_key_windows(s: usize, digits: usize) -> usize {
-    (0..=digits).map(|m| s.pow(m as u32)).sum()
-}
 
 impl<T: Float> Simplified<T> {
     /// Checks that the table form fits: `S^(2H-1) × Σ_m S^m ≤ MAX_TABLE`
@@ -217,62 +139,9 @@ impl<T: Float> Simplified<T> {
         }
         let subsets = subsets(h, cfg.degree);
         let n_sub = subsets.len();
-        let n_codes = (s + 1).pow(h as u32);
-        let mut q_code = Vec::new();
-        let mut q_index = vec![usize::MAX; n_codes];
-        for code in 0..n_codes {
-            if window(code, s, h).0 == h {
-                q_index[code] = q_code.len();
-                q_code.push(code);
-            }
-        }
-        let n_q = q_code.len();
-        let n_w = (s + 1).pow(nd as u32);
-        let (mut wq_list, mut wq_index) = (Vec::new(), vec![usize::MAX; n_w]);
-        let (mut wk_list, mut wk_index) = (Vec::new(), vec![u32::MAX; n_w]);
-        for code in 0..n_w {
-            let (m, toks) = window(code, s, nd);
-            // missing tokens only as a suffix: the windows that positions produce
-            if toks[m..nd].iter().all(|&t| t == s) {
-                wk_index[code] = wk_list.len() as u32;
-                wk_list.push(code);
-                if m == nd {
-                    wq_index[code] = wq_list.len();
-                    wq_list.push(code);
-                }
-            }
-        }
-        debug_assert_eq!(wk_list.len(), n_key_windows(s, nd));
-        let active = subsets
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| *m & 1 == 0)
-            .map(|(i, m)| {
-                let mut mem = [0u8; 16];
-                let mut k = 0;
-                for hd in 0..h {
-                    if m & (1 << (hd + 1)) != 0 {
-                        mem[k] = hd as u8;
-                        k += 1;
-                    }
-                }
-                (i, mem, k)
-            })
-            .collect();
-        let p = s + 1;
-        let sub = |code: usize, hd: usize| (code / p.pow(hd as u32)) % n_codes;
-        let qw_head: Vec<usize> = wq_list
-            .iter()
-            .flat_map(|&q| (0..h).map(move |hd| (q, hd)))
-            .map(|(q, hd)| q_index[sub(q, hd)])
-            .collect();
-        let kw_head: Vec<usize> = wk_list
-            .iter()
-            .flat_map(|&k| (0..h).map(move |hd| (k, hd)))
-            .map(|(k, hd)| sub(k, hd))
-            .collect();
+        let l2 = Layer2::new(s, h, &subsets, false);
+        let nc = l2.nc;
         let z = |n: usize| vec![T::zero(); n];
-        let cells = wq_list.len() * wk_list.len();
         Simplified {
             cfg: cfg.clone(),
             w: param("blocks.0.attn.W_pos", "W", &[nd, h], w),
@@ -285,29 +154,10 @@ impl<T: Float> Simplified<T> {
             a: param("blocks.1.attn.a", "a", &[1], vec![T::of(cfg.a_init)]),
             subsets,
             pattern: z(h * (h + 1) * h),
-            n_codes,
-            n_q,
-            q_code,
-            wq_list,
-            wq_index,
-            wk_list,
-            wk_index,
-            qw_head,
-            kw_head,
-            u_tab: z(h * n_codes * s),
-            norm_tab: z(h * n_codes),
-            v_tab: z(h * n_codes * s),
-            ip_raw: z(h * n_q * n_codes),
-            n_tab: z(cells),
-            e_tab: z(cells),
-            d_n: z(cells),
-            d_ip: z(h * n_q * n_codes),
-            dv_tab: z(h * n_codes * s),
+            u_tab: z(h * nc * s),
+            norm_tab: z(h * nc),
             d_pat: z(h * (h + 1) * h),
-            sk_tot: z(n_sub),
-            active,
-            l: 0,
-            work: Vec::new(),
+            l2,
             train_w: true,
             train_c: true,
             train_a: true,
@@ -325,25 +175,12 @@ impl<T: Float> Simplified<T> {
     /// Sizes the workspaces for `n` sequences of length `l` (allocates only when
     /// the shape grows, i.e. never inside training).
     pub fn reserve(&mut self, n: usize, l: usize) {
-        if self.l != l {
-            self.work.clear();
-            self.l = l;
-        }
-        let cells = self.n_tab.len();
-        while self.work.len() < n.div_ceil(CHUNK) {
-            self.work.push(Work {
-                win: vec![0; l + 1],
-                kidx: vec![0; l],
-                p: vec![T::zero(); l],
-                d_n: vec![T::zero(); cells],
-                loss: T::zero(),
-            });
-        }
+        self.l2.reserve(n, l);
     }
 
-    /// Rebuilds the layer-1 patterns and every table from the parameters.
-    fn prepare(&mut self) {
-        let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.n_codes);
+    /// Rebuilds the layer-1 patterns and the layer-2 `v` table from `W`.
+    fn layer1(&mut self) {
+        let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.l2.nc);
         let w = self.w.value();
         for hd in 0..h {
             for m in 0..=h {
@@ -377,45 +214,8 @@ impl<T: Float> Simplified<T> {
                 let n = u.iter().map(|x| *x * *x).sum::<T>().sqrt();
                 self.norm_tab[hd * nc + code] = n;
                 for k in 0..s {
-                    self.v_tab[o + k] = self.u_tab[o + k] / (n + eps);
+                    self.l2.v_tab[o + k] = self.u_tab[o + k] / (n + eps);
                 }
-            }
-            for qi in 0..self.n_q {
-                let qo = (hd * nc + self.q_code[qi]) * s;
-                for code in 0..nc {
-                    let o = (hd * nc + code) * s;
-                    let d: T = (0..s).map(|k| self.v_tab[qo + k] * self.v_tab[o + k]).sum();
-                    self.ip_raw[(hd * self.n_q + qi) * nc + code] = d;
-                }
-            }
-        }
-        let c = self.c.value();
-        let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
-        let az = self.a.value()[0] / z;
-        let nkw = self.wk_list.len();
-        let mut ip = [T::zero(); 16];
-        let nqw = self.wq_list.len();
-        for qw in 0..nqw {
-            let mut mx = T::neg_infinity();
-            let qh = &self.qw_head[qw * h..(qw + 1) * h];
-            for kw in 0..nkw {
-                let kh = &self.kw_head[kw * h..(kw + 1) * h];
-                for (hd, v) in ip.iter_mut().enumerate().take(h) {
-                    *v = self.ip_raw[(hd * self.n_q + qh[hd]) * nc + kh[hd]].max(T::zero());
-                }
-                let mut num = T::zero();
-                for (si, mem, k) in &self.active {
-                    let mut v = c[*si] * c[*si];
-                    for &m in &mem[..*k] {
-                        v *= ip[m as usize];
-                    }
-                    num += v;
-                }
-                self.n_tab[qw * nkw + kw] = num;
-                mx = mx.max(az * num);
-            }
-            for kw in 0..nkw {
-                self.e_tab[qw * nkw + kw] = (az * self.n_tab[qw * nkw + kw] - mx).exp();
             }
         }
     }
@@ -491,140 +291,33 @@ impl<T: Float> Simplified<T> {
                 }
             }
         }
-        (p1, self.work[0].p[..l].iter().map(|v| v.as_f64()).collect())
+        (p1, self.l2.first_query_pattern(l))
     }
 
     fn run(&mut self, tokens: &[u8], l: usize, grad: bool, out: Option<&mut [T]>) -> T {
-        let n = tokens.len() / (l + 1);
-        let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.n_codes);
-        assert!(l + 1 >= 2 * h, "sequence length {l} < 2H - 1");
-        self.reserve(n, l);
-        self.prepare();
-        let nd = 2 * h - 1;
-        let ctx = Ctx {
-            s,
+        let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.l2.nc);
+        self.layer1();
+        let (a, floor) = (self.a.value()[0], T::of(self.cfg.nll_floor));
+        let loss = self.l2.run(
+            tokens,
             l,
-            n_w: (s + 1).pow(nd as u32),
-            digits: nd,
-            nkw: self.wk_list.len(),
-            wq_index: &self.wq_index,
-            wk_index: &self.wk_index,
-            e_tab: &self.e_tab,
-            loss: self.cfg.loss,
-            floor: T::of(self.cfg.nll_floor),
-            scale: T::one() / T::of_usize(n.max(1)),
             grad,
-        };
-        let chunks = n.div_ceil(CHUNK);
-        let work = &mut self.work[..chunks];
-        let per = |ci: usize| &tokens[ci * CHUNK * (l + 1)..((ci + 1) * CHUNK).min(n) * (l + 1)];
-        match out {
-            Some(o) => {
-                let mut outs: Vec<&mut [T]> = o.chunks_mut(CHUNK * s).collect();
-                work.par_iter_mut()
-                    .zip(outs.par_iter_mut())
-                    .enumerate()
-                    .for_each(|(ci, (wk, o))| ctx.chunk(wk, per(ci), Some(o)));
-            }
-            None => work
-                .par_iter_mut()
-                .enumerate()
-                .for_each(|(ci, wk)| ctx.chunk(wk, per(ci), None)),
-        }
-        let scale = ctx.scale;
-        // reduce in chunk order
-        let mut loss = T::zero();
-        for wk in self.work[..chunks].iter() {
-            loss += wk.loss;
-        }
+            out,
+            self.c.value(),
+            a,
+            self.cfg.loss,
+            floor,
+        );
         if !grad {
-            return loss * scale;
+            return loss;
         }
-        self.d_n.iter_mut().for_each(|x| *x = T::zero());
-        for wk in self.work[..chunks].iter() {
-            for (acc, v) in self.d_n.iter_mut().zip(&wk.d_n) {
-                *acc += *v;
-            }
-        }
-        // cells → a, c and the ip tables: s = a N / Z, N = Σ_δ c_δ² Π_{h∈δ} ip_h
-        let c = self.c.value();
-        let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
-        let a = self.a.value()[0];
-        let az = a / z;
-        let nkw = self.wk_list.len();
-        let mut sn = T::zero();
-        self.sk_tot.iter_mut().for_each(|x| *x = T::zero());
-        self.d_ip.iter_mut().for_each(|x| *x = T::zero());
-        let mut ip = [T::zero(); 16];
-        let mut at = [0usize; 16];
-        for qw in 0..self.wq_list.len() {
-            let qh = &self.qw_head[qw * h..(qw + 1) * h];
-            for kw in 0..nkw {
-                let d = self.d_n[qw * nkw + kw];
-                if d == T::zero() {
-                    continue;
-                }
-                sn += d * self.n_tab[qw * nkw + kw];
-                let kh = &self.kw_head[kw * h..(kw + 1) * h];
-                for hd in 0..h {
-                    at[hd] = (hd * self.n_q + qh[hd]) * nc + kh[hd];
-                    ip[hd] = self.ip_raw[at[hd]].max(T::zero());
-                }
-                for (si, mem, k) in &self.active {
-                    let c2 = c[*si] * c[*si];
-                    let mut kern = T::one();
-                    for &m in &mem[..*k] {
-                        kern *= ip[m as usize];
-                    }
-                    self.sk_tot[*si] += d * kern;
-                    for (i1, &m) in mem[..*k].iter().enumerate() {
-                        if ip[m as usize] <= T::zero() {
-                            continue; // ReLU
-                        }
-                        let mut rest = c2;
-                        for (i2, &m2) in mem[..*k].iter().enumerate() {
-                            if i1 != i2 {
-                                rest *= ip[m2 as usize];
-                            }
-                        }
-                        self.d_ip[at[m as usize]] += d * az * rest;
-                    }
-                }
-            }
-        }
-        if self.train_a {
-            self.a.grad_mut()[0] += sn / z;
-        }
-        if self.train_c {
-            // ∂s/∂c_δ = 2 a c_δ (K_δ − N / Z) / Z
-            for &(i, _, _) in &self.active {
-                let ci = self.c.value()[i];
-                self.c.grad_mut()[i] += T::of(2.0) * a * ci * (self.sk_tot[i] - sn / z) / z;
-            }
-        }
+        let train = [self.train_c, self.train_a];
+        self.l2
+            .backward(&mut self.c, &mut self.a, train, self.train_w);
         if !self.train_w {
-            return loss * scale;
+            return loss;
         }
-        // ip tables → v tables → u tables → patterns → W
-        self.dv_tab.iter_mut().for_each(|x| *x = T::zero());
-        for hd in 0..h {
-            for qi in 0..self.n_q {
-                let qo = (hd * nc + self.q_code[qi]) * s;
-                for code in 0..nc {
-                    let t = (hd * self.n_q + qi) * nc + code;
-                    let d = self.d_ip[t];
-                    if d == T::zero() {
-                        continue;
-                    }
-                    let o = (hd * nc + code) * s;
-                    for k in 0..s {
-                        let (vq, vk) = (self.v_tab[qo + k], self.v_tab[o + k]);
-                        self.dv_tab[qo + k] += d * vk;
-                        self.dv_tab[o + k] += d * vq;
-                    }
-                }
-            }
-        }
+        // v tables → u tables → patterns → W
         let eps = T::of(NORM_EPS);
         self.d_pat.iter_mut().for_each(|x| *x = T::zero());
         for hd in 0..h {
@@ -635,13 +328,15 @@ impl<T: Float> Simplified<T> {
                 }
                 let o = (hd * nc + code) * s;
                 let ne = nrm + eps;
-                let dot: T = (0..s).map(|k| self.dv_tab[o + k] * self.u_tab[o + k]).sum();
+                let dot: T = (0..s)
+                    .map(|k| self.l2.dv_tab[o + k] * self.u_tab[o + k])
+                    .sum();
                 let coef = dot / (nrm * ne * ne);
                 let (m, toks) = window(code, s, h);
                 let po = (hd * (h + 1) + m) * h;
                 for j in 0..m {
                     let k = toks[j];
-                    self.d_pat[po + j] += self.dv_tab[o + k] / ne - self.u_tab[o + k] * coef;
+                    self.d_pat[po + j] += self.l2.dv_tab[o + k] / ne - self.u_tab[o + k] * coef;
                 }
             }
         }
@@ -657,118 +352,7 @@ impl<T: Float> Simplified<T> {
                 }
             }
         }
-        loss * scale
-    }
-}
-
-/// The tokens of a code over `digits` tokens (`t_j`, `j = 0` nearest; `S` =
-/// missing) and how many leading tokens exist before the first missing one.
-fn window(code: usize, s: usize, digits: usize) -> (usize, [usize; 16]) {
-    let mut toks = [0usize; 16];
-    let mut c = code;
-    let mut m = digits;
-    for (j, t) in toks.iter_mut().enumerate().take(digits) {
-        *t = c % (s + 1);
-        c /= s + 1;
-        if *t == s && m == digits {
-            m = j;
-        }
-    }
-    (m, toks)
-}
-
-/// What every chunk reads.
-struct Ctx<'a, T> {
-    s: usize,
-    l: usize,
-    n_w: usize,
-    digits: usize,
-    nkw: usize,
-    wq_index: &'a [usize],
-    wk_index: &'a [u32],
-    e_tab: &'a [T],
-    loss: LossKind,
-    floor: T,
-    scale: T,
-    grad: bool,
-}
-
-impl<T: Float> Ctx<'_, T> {
-    fn chunk(&self, wk: &mut Work<T>, tokens: &[u8], mut out: Option<&mut &mut [T]>) {
-        let (s, l, nkw) = (self.s, self.l, self.nkw);
-        wk.loss = T::zero();
-        if self.grad {
-            wk.d_n.iter_mut().for_each(|x| *x = T::zero());
-        }
-        let top = self.n_w / (s + 1); // (S+1)^(2H-2)
-        let mut yhat = [T::zero(); 64];
-        let mut g = [T::zero(); 64];
-        for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
-            let x = &seq[..l];
-            let y = seq[l] as usize;
-            // --- window codes: the 2H-1 tokens before each position, nearest first ---
-            // rolling without a division: drop the farthest digit, shift, add the nearest
-            wk.win[0] = self.n_w - 1;
-            for i in 1..=l {
-                let far = if i > self.digits {
-                    x[i - 1 - self.digits] as usize
-                } else {
-                    s
-                };
-                wk.win[i] = x[i - 1] as usize + (s + 1) * (wk.win[i - 1] - far * top);
-            }
-            let qrow = self.wq_index[wk.win[l]] * nkw;
-            let erow = &self.e_tab[qrow..qrow + nkw];
-            // --- layer-2 attention of the query over the keys: looked up ---
-            let mut sum = T::zero();
-            for i in 0..l {
-                let k = self.wk_index[wk.win[i]];
-                wk.kidx[i] = k;
-                let e = erow[k as usize];
-                wk.p[i] = e;
-                sum += e;
-            }
-            yhat[..s].iter_mut().for_each(|v| *v = T::zero());
-            let inv = T::one() / sum;
-            for i in 0..l {
-                wk.p[i] *= inv;
-                yhat[x[i] as usize] += wk.p[i];
-            }
-            // --- loss and dL/dŷ ---
-            match self.loss {
-                LossKind::Code => {
-                    let m = yhat[..s].iter().fold(T::neg_infinity(), |a, b| a.max(*b));
-                    let ze: T = yhat[..s].iter().map(|v| (*v - m).exp()).sum();
-                    wk.loss += ze.ln() + m - yhat[y];
-                    for k in 0..s {
-                        g[k] = (yhat[k] - m).exp() / ze;
-                    }
-                    g[y] -= T::one();
-                }
-                LossKind::Nll => {
-                    wk.loss -= yhat[y].max(self.floor).ln();
-                    g[..s].iter_mut().for_each(|v| *v = T::zero());
-                    if yhat[y] > self.floor {
-                        g[y] = -T::one() / yhat[y];
-                    }
-                }
-            }
-            if let Some(o) = out.as_deref_mut() {
-                o[b * s..(b + 1) * s].copy_from_slice(&yhat[..s]);
-            }
-            if !self.grad {
-                continue;
-            }
-            // --- backward through the layer-2 softmax into the cells ---
-            let pg: T = (0..s).map(|k| yhat[k] * g[k]).sum();
-            for k in 0..s {
-                g[k] = (g[k] - pg) * self.scale;
-            }
-            let drow = &mut wk.d_n[qrow..qrow + nkw];
-            for i in 0..l {
-                drow[wk.kidx[i] as usize] += wk.p[i] * g[x[i] as usize];
-            }
-        }
+        loss
     }
 }
 

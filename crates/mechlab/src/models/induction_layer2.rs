@@ -1,0 +1,555 @@
+//! Layer 2 of the induction models, shared by the simplified and the full model.
+//!
+//! The table trick: with one-hot tokens and a layer 1 whose heads each look at a
+//! fixed band of `H` distances, a head's output at a position depends only on a
+//! *head code*, the `H` tokens of its band (`S` = "missing" before the start) and,
+//! in the full model, the position's own token. So the layer-2 logit of key `l`
+//! depends on the sequence only through the query's *window* (the `2H − 1` tokens
+//! before position `L`) and the key's window (the `2H − 1` tokens before `l`, plus
+//! `x_l` when the head codes carry the own token). Each step therefore builds,
+//! from the parameters, the head outputs `v` once per (head, code), their inner
+//! products once per (head, query code, code), and the logit `N(q, k)` and its
+//! `exp` once per (query window, key window) cell; a sequence then costs one
+//! lookup per key, and its backward adds `∂L/∂s_l` into that key's cell. The
+//! cells' gradients go back to `a`, `c` and the `v` tables once per step, and each
+//! model takes its own layer 1 from `v` back to its parameters.
+//!
+//! The kernel: `s_l = a Σ_δ c_δ² Π_{c∈δ} ReLU⟨z_L^c, z_l^c⟩ / Σ_{δ_0=0} c_δ²` over
+//! the subsets `δ` without the raw-token component (the query's raw token is zero),
+//! and `ŷ = Σ_l softmax(s)_l e_{x_l}`.
+//!
+//! Codes are base `S + 1` numbers, the nearest token the least significant digit;
+//! a window or head code with the own token puts it in the lowest digit. The
+//! sequences run in fixed chunks of [`CHUNK`] whose partials are summed in chunk
+//! order, so the result is bit-identical for any thread count.
+
+// Index loops read like the equations here.
+#![allow(clippy::needless_range_loop)]
+
+use mechlab_engine::{Float, Param};
+use rayon::prelude::*;
+
+/// Sequences per work chunk: fixed, so the summation order never depends on threads.
+pub const CHUNK: usize = 512;
+
+/// Which loss a step minimises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossKind {
+    /// Cross-entropy of ŷ treated as logits (the authors' code).
+    Code,
+    /// `−log max(ŷ_y, floor)`.
+    Nll,
+}
+
+impl LossKind {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "code" => Ok(LossKind::Code),
+            "nll" => Ok(LossKind::Nll),
+            _ => Err(format!("model.loss `{s}`: expected code or nll")),
+        }
+    }
+}
+
+/// The kernel's subsets `δ` (bit `c` = component `c`), `|δ| ≤ degree`, in the order
+/// of the authors' `itertools.product` (component 0 the most significant digit).
+pub fn subsets(n_heads: usize, degree: usize) -> Vec<u32> {
+    let n = n_heads + 1;
+    (0u32..(1 << n))
+        .map(|code| {
+            // product order: digit k (k = 0 most significant) is component k
+            (0..n).fold(0u32, |m, k| m | (((code >> (n - 1 - k)) & 1) << k))
+        })
+        .filter(|m| (m.count_ones() as usize) <= degree)
+        .collect()
+}
+
+/// Human name of a subset: the parent distances its heads copy at initialisation,
+/// e.g. `{1,2}`; `{x}` marks the raw-token component.
+pub fn subset_name(mask: u32, n_heads: usize) -> String {
+    let mut parts = Vec::new();
+    if mask & 1 != 0 {
+        parts.push("x".to_string());
+    }
+    for h in 0..n_heads {
+        if mask & (1 << (h + 1)) != 0 {
+            parts.push(format!("{}", h + 1));
+        }
+    }
+    format!("{{{}}}", parts.join(","))
+}
+
+/// The tokens of a code over `digits` tokens (`t_j`, `j = 0` nearest; `S` =
+/// missing) and how many leading tokens exist before the first missing one.
+pub(crate) fn window(code: usize, s: usize, digits: usize) -> (usize, [usize; 16]) {
+    let mut toks = [0usize; 16];
+    let mut c = code;
+    let mut m = digits;
+    for (j, t) in toks.iter_mut().enumerate().take(digits) {
+        *t = c % (s + 1);
+        c /= s + 1;
+        if *t == s && m == digits {
+            m = j;
+        }
+    }
+    (m, toks)
+}
+
+/// Per-chunk scratch and gradient partials.
+struct Work<T> {
+    win: Vec<usize>, // [L+1]: window code of each position (the 2H-1 tokens before it)
+    kidx: Vec<u32>,  // [L]: compact key-window index of each key
+    p: Vec<T>,       // [L]: blocks.1.attn.hook_pattern (query L)
+    d_n: Vec<T>,     // [NQW, NKW]: Σ ds over the (query, key) window pairs
+    loss: T,
+}
+
+/// The code tables, the per-step tables from `v` on, and the chunk workspaces.
+///
+/// `C` head codes: `(S+1)^H`, or `(S+1)^(H+1)` with the own token. A model writes
+/// its head outputs into [`Layer2::v_tab`] before [`Layer2::run`] and reads their
+/// gradient from [`Layer2::dv_tab`] after [`Layer2::backward`].
+pub(crate) struct Layer2<T> {
+    h: usize,
+    s: usize,
+    own_token: bool,
+    /// Head codes `C`.
+    pub nc: usize,
+    nq: usize,            // NQ: head codes of the query (every band token present)
+    q_code: Vec<usize>,   // [NQ]: the head code of each query code, ascending
+    wq_index: Vec<usize>, // [(S+1)^(2H-1)]: compact query-window index (MAX if none)
+    wk_index: Vec<u32>,   // [(S+1)^(2H-1) or ^2H]: compact key-window index (MAX if none)
+    nqw: usize,           // NQW: query windows (no missing token)
+    nkw: usize,           // NKW: key windows (missing only as a suffix)
+    qw_head: Vec<usize>,  // [NQW, H]: the ip-table row of each head for a query window
+    kw_head: Vec<usize>,  // [NKW, H]: the head code of each head for a key window
+    /// `[H, C, S]`: the head outputs `z^h` of every code.
+    pub v_tab: Vec<T>,
+    ip_raw: Vec<T>, // [H, NQ, C]: ⟨z_L^h, z^h⟩ before the ReLU
+    n_tab: Vec<T>,  // [NQW, NKW]: N(q, k) = Σ_δ c_δ² K_δ
+    e_tab: Vec<T>,  // [NQW, NKW]: exp(a N / Z − row max)
+    d_n: Vec<T>,    // [NQW, NKW]
+    d_ip: Vec<T>,   // [H, NQ, C]
+    /// `[H, C, S]`: `∂L/∂v_tab`.
+    pub dv_tab: Vec<T>,
+    sk_tot: Vec<T>,                        // [n_sub]
+    active: Vec<(usize, [u8; 16], usize)>, // (subset index, members, |δ|) with δ_0 = 0
+    l: usize,
+    work: Vec<Work<T>>,
+}
+
+impl<T: Float> Layer2<T> {
+    /// `own_token`: a head code (and so a key window) also holds the position's
+    /// own token, in its lowest digit; the query's own token is the zero row `S`.
+    pub fn new(s: usize, h: usize, subsets: &[u32], own_token: bool) -> Self {
+        let p = s + 1;
+        let nd = 2 * h - 1;
+        let off = p.pow(own_token as u32); // weight of the band's first digit
+        let q_self = if own_token { s } else { 0 };
+        let nc = off * p.pow(h as u32);
+        let (mut q_code, mut q_index) = (Vec::new(), vec![usize::MAX; nc]);
+        for band in 0..p.pow(h as u32) {
+            if window(band, s, h).0 == h {
+                q_index[q_self + off * band] = q_code.len();
+                q_code.push(q_self + off * band);
+            }
+        }
+        let n_w = p.pow(nd as u32);
+        let (mut wq_list, mut wq_index) = (Vec::new(), vec![usize::MAX; n_w]);
+        for code in 0..n_w {
+            if window(code, s, nd).0 == nd {
+                wq_index[code] = wq_list.len();
+                wq_list.push(code);
+            }
+        }
+        let kd = nd + own_token as usize;
+        let (mut wk_list, mut wk_index) = (Vec::new(), vec![u32::MAX; p.pow(kd as u32)]);
+        for code in 0..p.pow(kd as u32) {
+            let (m, toks) = window(code, s, kd);
+            // missing tokens only as a suffix (the windows positions produce), and
+            // a key's own token always exists
+            if toks[m..kd].iter().all(|&t| t == s) && (!own_token || m > 0) {
+                wk_index[code] = wk_list.len() as u32;
+                wk_list.push(code);
+            }
+        }
+        let band = |win: usize, hd: usize| (win / p.pow(hd as u32)) % p.pow(h as u32);
+        let qw_head: Vec<usize> = wq_list
+            .iter()
+            .flat_map(|&q| (0..h).map(move |hd| (q, hd)))
+            .map(|(q, hd)| q_index[q_self + off * band(q, hd)])
+            .collect();
+        let kw_head: Vec<usize> = wk_list
+            .iter()
+            .flat_map(|&k| (0..h).map(move |hd| (k, hd)))
+            .map(|(k, hd)| k % off + off * band(k / off, hd))
+            .collect();
+        let active = subsets
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| *m & 1 == 0)
+            .map(|(i, m)| {
+                let mut mem = [0u8; 16];
+                let mut k = 0;
+                for hd in 0..h {
+                    if m & (1 << (hd + 1)) != 0 {
+                        mem[k] = hd as u8;
+                        k += 1;
+                    }
+                }
+                (i, mem, k)
+            })
+            .collect();
+        let z = |n: usize| vec![T::zero(); n];
+        let nq = q_code.len();
+        let cells = wq_list.len() * wk_list.len();
+        Layer2 {
+            h,
+            s,
+            own_token,
+            nc,
+            nq,
+            q_code,
+            wq_index,
+            wk_index,
+            nqw: wq_list.len(),
+            nkw: wk_list.len(),
+            qw_head,
+            kw_head,
+            v_tab: z(h * nc * s),
+            ip_raw: z(h * nq * nc),
+            n_tab: z(cells),
+            e_tab: z(cells),
+            d_n: z(cells),
+            d_ip: z(h * nq * nc),
+            dv_tab: z(h * nc * s),
+            sk_tot: z(subsets.len()),
+            active,
+            l: 0,
+            work: Vec::new(),
+        }
+    }
+
+    /// Sizes the workspaces for `n` sequences of length `l` (allocates only when
+    /// the shape grows, i.e. never inside training).
+    pub fn reserve(&mut self, n: usize, l: usize) {
+        if self.l != l {
+            self.work.clear();
+            self.l = l;
+        }
+        let cells = self.n_tab.len();
+        while self.work.len() < n.div_ceil(CHUNK) {
+            self.work.push(Work {
+                win: vec![0; l + 1],
+                kidx: vec![0; l],
+                p: vec![T::zero(); l],
+                d_n: vec![T::zero(); cells],
+                loss: T::zero(),
+            });
+        }
+    }
+
+    /// The ip and cell tables from `v_tab`, `c` `[n_sub]` and `a`.
+    fn prepare(&mut self, c: &[T], a: T) {
+        let (h, s, nc, nq, nkw) = (self.h, self.s, self.nc, self.nq, self.nkw);
+        for hd in 0..h {
+            for qi in 0..nq {
+                let qo = (hd * nc + self.q_code[qi]) * s;
+                for code in 0..nc {
+                    let ko = (hd * nc + code) * s;
+                    self.ip_raw[(hd * nq + qi) * nc + code] = (0..s)
+                        .map(|k| self.v_tab[qo + k] * self.v_tab[ko + k])
+                        .sum();
+                }
+            }
+        }
+        let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
+        let az = a / z;
+        let mut ip = [T::zero(); 16];
+        for qw in 0..self.nqw {
+            let qh = &self.qw_head[qw * h..(qw + 1) * h];
+            let mut mx = T::neg_infinity();
+            for kw in 0..nkw {
+                let kh = &self.kw_head[kw * h..(kw + 1) * h];
+                for hd in 0..h {
+                    ip[hd] = self.ip_raw[(hd * nq + qh[hd]) * nc + kh[hd]].max(T::zero());
+                }
+                let mut num = T::zero();
+                for (si, mem, k) in &self.active {
+                    let mut v = c[*si] * c[*si];
+                    for &mm in &mem[..*k] {
+                        v *= ip[mm as usize];
+                    }
+                    num += v;
+                }
+                self.n_tab[qw * nkw + kw] = num;
+                mx = mx.max(az * num);
+            }
+            for kw in 0..nkw {
+                self.e_tab[qw * nkw + kw] = (az * self.n_tab[qw * nkw + kw] - mx).exp();
+            }
+        }
+    }
+
+    /// Mean loss over `tokens` (`[n, l+1]`, target last) from the current
+    /// `v_tab`, `c` and `a`; `out` `[n, S]` gets ŷ. With `grad`, leaves the cells'
+    /// gradient for [`Layer2::backward`]. Needs `l ≥ 2H − 1`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &mut self,
+        tokens: &[u8],
+        l: usize,
+        grad: bool,
+        out: Option<&mut [T]>,
+        c: &[T],
+        a: T,
+        loss: LossKind,
+        floor: T,
+    ) -> T {
+        let n = tokens.len() / (l + 1);
+        let (h, s) = (self.h, self.s);
+        assert!(l + 1 >= 2 * h, "sequence length {l} < 2H - 1");
+        self.reserve(n, l);
+        self.prepare(c, a);
+        let nd = 2 * h - 1;
+        let ctx = Ctx {
+            s,
+            l,
+            n_w: (s + 1).pow(nd as u32),
+            digits: nd,
+            nkw: self.nkw,
+            own_token: self.own_token,
+            wq_index: &self.wq_index,
+            wk_index: &self.wk_index,
+            e_tab: &self.e_tab,
+            loss,
+            floor,
+            scale: T::one() / T::of_usize(n.max(1)),
+            grad,
+        };
+        let chunks = n.div_ceil(CHUNK);
+        let work = &mut self.work[..chunks];
+        let per = |ci: usize| &tokens[ci * CHUNK * (l + 1)..((ci + 1) * CHUNK).min(n) * (l + 1)];
+        match out {
+            Some(o) => {
+                let mut outs: Vec<&mut [T]> = o.chunks_mut(CHUNK * s).collect();
+                work.par_iter_mut()
+                    .zip(outs.par_iter_mut())
+                    .enumerate()
+                    .for_each(|(ci, (wk, o))| ctx.chunk(wk, per(ci), Some(o)));
+            }
+            None => work
+                .par_iter_mut()
+                .enumerate()
+                .for_each(|(ci, wk)| ctx.chunk(wk, per(ci), None)),
+        }
+        let scale = ctx.scale;
+        // reduce in chunk order
+        let mut total = T::zero();
+        for wk in self.work[..chunks].iter() {
+            total += wk.loss;
+        }
+        if grad {
+            self.d_n.iter_mut().for_each(|x| *x = T::zero());
+            for wk in self.work[..chunks].iter() {
+                for (acc, v) in self.d_n.iter_mut().zip(&wk.d_n) {
+                    *acc += *v;
+                }
+            }
+        }
+        total * scale
+    }
+
+    /// After a `run` with `grad`: cells → `a` and `c` (each only where trained)
+    /// and the ip tables, `s = a N / Z`, `N = Σ_δ c_δ² Π_{h∈δ} ip_h`; then, with
+    /// `to_v`, the ip tables → `dv_tab`.
+    pub fn backward(&mut self, c: &mut Param<T>, a: &mut Param<T>, train: [bool; 2], to_v: bool) {
+        let (h, s, nc, nq, nkw) = (self.h, self.s, self.nc, self.nq, self.nkw);
+        let cv = c.value();
+        let z: T = self.active.iter().map(|(i, _, _)| cv[*i] * cv[*i]).sum();
+        let av = a.value()[0];
+        let az = av / z;
+        let mut sn = T::zero();
+        self.sk_tot.iter_mut().for_each(|x| *x = T::zero());
+        self.d_ip.iter_mut().for_each(|x| *x = T::zero());
+        let (mut ip, mut at) = ([T::zero(); 16], [0usize; 16]);
+        for qw in 0..self.nqw {
+            let qh = &self.qw_head[qw * h..(qw + 1) * h];
+            for kw in 0..nkw {
+                let d = self.d_n[qw * nkw + kw];
+                if d == T::zero() {
+                    continue;
+                }
+                sn += d * self.n_tab[qw * nkw + kw];
+                let kh = &self.kw_head[kw * h..(kw + 1) * h];
+                for hd in 0..h {
+                    at[hd] = (hd * nq + qh[hd]) * nc + kh[hd];
+                    ip[hd] = self.ip_raw[at[hd]].max(T::zero());
+                }
+                for (si, mem, k) in &self.active {
+                    let c2 = cv[*si] * cv[*si];
+                    let mut kern = T::one();
+                    for &mm in &mem[..*k] {
+                        kern *= ip[mm as usize];
+                    }
+                    self.sk_tot[*si] += d * kern;
+                    for (i1, &mm) in mem[..*k].iter().enumerate() {
+                        if ip[mm as usize] <= T::zero() {
+                            continue; // ReLU
+                        }
+                        let mut rest = c2;
+                        for (i2, &m2) in mem[..*k].iter().enumerate() {
+                            if i1 != i2 {
+                                rest *= ip[m2 as usize];
+                            }
+                        }
+                        self.d_ip[at[mm as usize]] += d * az * rest;
+                    }
+                }
+            }
+        }
+        let [train_c, train_a] = train;
+        if train_a {
+            a.grad_mut()[0] += sn / z;
+        }
+        if train_c {
+            // ∂s/∂c_δ = 2 a c_δ (K_δ − N / Z) / Z
+            for &(i, _, _) in &self.active {
+                let ci = c.value()[i];
+                c.grad_mut()[i] += T::of(2.0) * av * ci * (self.sk_tot[i] - sn / z) / z;
+            }
+        }
+        if !to_v {
+            return;
+        }
+        self.dv_tab.iter_mut().for_each(|x| *x = T::zero());
+        for hd in 0..h {
+            for qi in 0..nq {
+                let qo = (hd * nc + self.q_code[qi]) * s;
+                for code in 0..nc {
+                    let d = self.d_ip[(hd * nq + qi) * nc + code];
+                    if d == T::zero() {
+                        continue;
+                    }
+                    let ko = (hd * nc + code) * s;
+                    for k in 0..s {
+                        let (vq, vk) = (self.v_tab[qo + k], self.v_tab[ko + k]);
+                        self.dv_tab[qo + k] += d * vk;
+                        self.dv_tab[ko + k] += d * vq;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The window codes `[L+1]` of the first sequence of the last `run`.
+    pub fn first_windows(&self) -> &[usize] {
+        &self.work[0].win
+    }
+
+    /// `blocks.1.attn.hook_pattern` `[L]` of the first sequence of the last `run`.
+    pub fn first_query_pattern(&self, l: usize) -> Vec<f64> {
+        self.work[0].p[..l].iter().map(|v| v.as_f64()).collect()
+    }
+}
+
+/// What every chunk reads.
+struct Ctx<'a, T> {
+    s: usize,
+    l: usize,
+    n_w: usize,
+    digits: usize,
+    nkw: usize,
+    own_token: bool,
+    wq_index: &'a [usize],
+    wk_index: &'a [u32],
+    e_tab: &'a [T],
+    loss: LossKind,
+    floor: T,
+    scale: T,
+    grad: bool,
+}
+
+impl<T: Float> Ctx<'_, T> {
+    fn chunk(&self, wk: &mut Work<T>, tokens: &[u8], mut out: Option<&mut &mut [T]>) {
+        let (s, l, nkw) = (self.s, self.l, self.nkw);
+        let p = s + 1;
+        wk.loss = T::zero();
+        if self.grad {
+            wk.d_n.iter_mut().for_each(|x| *x = T::zero());
+        }
+        let top = self.n_w / p; // (S+1)^(2H-2)
+        let mut yhat = [T::zero(); 64];
+        let mut g = [T::zero(); 64];
+        for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
+            let x = &seq[..l];
+            let y = seq[l] as usize;
+            // --- window codes: the 2H-1 tokens before each position, nearest first ---
+            // rolling without a division: drop the farthest digit, shift, add the nearest
+            wk.win[0] = self.n_w - 1;
+            for i in 1..=l {
+                let far = if i > self.digits {
+                    x[i - 1 - self.digits] as usize
+                } else {
+                    s
+                };
+                wk.win[i] = x[i - 1] as usize + p * (wk.win[i - 1] - far * top);
+            }
+            let qrow = self.wq_index[wk.win[l]] * nkw;
+            let erow = &self.e_tab[qrow..qrow + nkw];
+            // --- layer-2 attention of the query over the keys: looked up ---
+            let mut sum = T::zero();
+            for i in 0..l {
+                let key = if self.own_token {
+                    x[i] as usize + p * wk.win[i]
+                } else {
+                    wk.win[i]
+                };
+                let k = self.wk_index[key];
+                wk.kidx[i] = k;
+                wk.p[i] = erow[k as usize];
+                sum += wk.p[i];
+            }
+            yhat[..s].iter_mut().for_each(|v| *v = T::zero());
+            let inv = T::one() / sum;
+            for i in 0..l {
+                wk.p[i] *= inv;
+                yhat[x[i] as usize] += wk.p[i];
+            }
+            // --- loss and dL/dŷ ---
+            match self.loss {
+                LossKind::Code => {
+                    let m = yhat[..s].iter().fold(T::neg_infinity(), |a, b| a.max(*b));
+                    let ze: T = yhat[..s].iter().map(|v| (*v - m).exp()).sum();
+                    wk.loss += ze.ln() + m - yhat[y];
+                    for k in 0..s {
+                        g[k] = (yhat[k] - m).exp() / ze;
+                    }
+                    g[y] -= T::one();
+                }
+                LossKind::Nll => {
+                    wk.loss -= yhat[y].max(self.floor).ln();
+                    g[..s].iter_mut().for_each(|v| *v = T::zero());
+                    if yhat[y] > self.floor {
+                        g[y] = -T::one() / yhat[y];
+                    }
+                }
+            }
+            if let Some(o) = out.as_deref_mut() {
+                o[b * s..(b + 1) * s].copy_from_slice(&yhat[..s]);
+            }
+            if !self.grad {
+                continue;
+            }
+            // --- backward through the layer-2 softmax into the cells ---
+            let pg: T = (0..s).map(|k| yhat[k] * g[k]).sum();
+            for k in 0..s {
+                g[k] = (g[k] - pg) * self.scale;
+            }
+            let drow = &mut wk.d_n[qrow..qrow + nkw];
+            for i in 0..l {
+                drow[wk.kidx[i] as usize] += wk.p[i] * g[x[i] as usize];
+            }
+        }
+    }
+}
