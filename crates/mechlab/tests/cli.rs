@@ -170,7 +170,10 @@ fn bad_input_gives_one_line_errors_naming_the_file_or_key() {
     // --data sets each experiment's own data key; a missing corpus is named.
     let e = fails(d, &["run", "selection-imdb", "--data", "no/such/imdb"]);
     assert!(e.contains("no/such/imdb"), "{e}");
-    let e = fails(d, &["run", "topic-wikipedia", "--data", "no/such/wiki.json"]);
+    let e = fails(
+        d,
+        &["run", "topic-wikipedia", "--data", "no/such/wiki.json"],
+    );
     assert!(e.contains("no/such/wiki.json"), "{e}");
     let e = fails(d, &["run", "selection-synthetik"]);
     assert!(e.contains("did you mean `selection-synthetic`"), "{e}");
