@@ -4,26 +4,14 @@
 # PyTorch script, both on 2 threads, checks that both compute the same losses on
 # the same data, and prints the ratio. Run from anywhere: bench/induction/run.sh [epochs]
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
+source "$(dirname "$0")/../common.sh"
 epochs="${1:-100}"
-if [ ! -x bench/.venv/bin/python ]; then
-  if [ -x /work/main/bench/.venv/bin/python ]; then py=/work/main/bench/.venv/bin/python; else bash bench/venv.sh; py=bench/.venv/bin/python; fi
-else
-  py=bench/.venv/bin/python
-fi
-target="${CARGO_TARGET_DIR:-target}"
-if [ -d /work/target-shared ]; then
-  CARGO_TARGET_DIR=/work/target-shared flock /tmp/mechlab-cargo.lock cargo build --release -q -p mechlab --example bench_induction
-  target=/work/target-shared
-else
-  cargo build --release -q -p mechlab --example bench_induction
-fi
+bin="$(build_example bench_induction)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-RAYON_NUM_THREADS=2 "$target/release/examples/bench_induction" "$epochs" "$tmp/tokens.u8" | tee "$tmp/rust.txt"
+"$bin" "$epochs" "$tmp/tokens.u8" | tee "$tmp/rust.txt"
 "$py" bench/induction/torch_simplified.py "$tmp/tokens.u8" "$(( epochs / 10 > 3 ? epochs / 10 : 3 ))" | tee "$tmp/torch.txt"
-python3 - "$tmp/rust.txt" "$tmp/torch.txt" <<'PY'
+"$py" - "$tmp/rust.txt" "$tmp/torch.txt" <<'PY'
 import sys
 def read(p):
     loss, per = [], None

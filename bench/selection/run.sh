@@ -5,20 +5,12 @@
 # the same loss and gradient norms, then prints the times and the ratio.
 # Usage: bench/selection/run.sh [n T vocab d]   (from anywhere)
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
-py="${PYTHON:-$root/bench/.venv/bin/python}"
-if [ ! -x "$py" ]; then
-  bench/venv.sh
-  py="$root/bench/.venv/bin/python"
-fi
+source "$(dirname "$0")/../common.sh"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-# On the shared dev machine set CARGO_LOCK=/tmp/mechlab-cargo.lock to serialise builds.
-${CARGO_LOCK:+flock "$CARGO_LOCK"} cargo build --release -q -p mechlab --example bench_selection
-bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/bench_selection"
-RAYON_NUM_THREADS=2 "$bin" "$out" "$@" >/dev/null
-OMP_NUM_THREADS=2 "$py" bench/selection/torch_step.py "$out" 5 >/dev/null
+bin="$(build_example bench_selection)"
+"$bin" "$out" "$@" >/dev/null
+"$py" bench/selection/torch_step.py "$out" 5 >/dev/null
 "$py" - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]

@@ -3,18 +3,10 @@
 # the authors' computation, both on 2 threads, f32, batch 40, same data, same order,
 # same initial parameters; checks the first five losses agree, prints the ratios.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$PWD
-PY=bench/.venv/bin/python
-if [ ! -x "$PY" ]; then
-  if [ -x bench/venv.sh ]; then bench/venv.sh; fi
-fi
-if [ ! -x "$PY" ] && [ -x /work/main/bench/.venv/bin/python ]; then PY=/work/main/bench/.venv/bin/python; fi
-OUT=${BENCH_OUT:-/tmp/bench-topic}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-shared}
-flock /tmp/mechlab-cargo.lock cargo build --release -p mechlab --example bench_topic
-export RAYON_NUM_THREADS=2 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
-"$CARGO_TARGET_DIR/release/examples/bench_topic" "$OUT" "$@"
+source "$(dirname "$0")/../common.sh"
+PY="$py"
+OUT=${BENCH_OUT:-$(mktemp -d)}
+"$(build_example bench_topic)" "$OUT" "$@"
 PRESETS=("$@")
 [ ${#PRESETS[@]} -eq 0 ] && PRESETS=(topic-value topic-embedding topic-attention topic-two-stage)
 printf "\n%-18s %10s %10s %8s %12s %14s\n" preset mechlab_s torch_s ratio max_rel_loss pct_of_peak
