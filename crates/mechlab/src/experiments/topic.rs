@@ -339,6 +339,30 @@ pub struct Probes {
     pub attention_control: AttnStats,
 }
 
+impl Probes {
+    /// The gaps with their shuffled-topic controls and attention's same-topic mass:
+    /// the numbers every probe record, the synthetic summary and the Wikipedia
+    /// summary all report, kept in one list so the three cannot drift apart. The
+    /// order is the probe record's (`metrics.jsonl` keeps it).
+    pub fn gap_metrics(&self) -> [(&'static str, f64); 10] {
+        [
+            ("value_gap", self.value.gap),
+            ("value_gap_control", self.value_control.gap),
+            ("embedding_gap", self.embedding.gap),
+            ("embedding_gap_control", self.embedding_control.gap),
+            ("attention_same", self.attention.pairs.same),
+            ("attention_diff", self.attention.pairs.diff),
+            ("attention_gap", self.attention.pairs.gap),
+            ("attention_gap_control", self.attention_control.pairs.gap),
+            ("attention_same_mass", self.attention.same_mass),
+            (
+                "attention_same_mass_uniform",
+                self.attention.same_mass_uniform,
+            ),
+        ]
+    }
+}
+
 /// Rows whose Gram the value probe reads: `W_V`'s rows (the PyTorch weight's
 /// columns) when `d_model = d_vocab`, else each token's value vector `h0(w) W_V`.
 pub fn value_rows<T: Float>(m: &TopicMlm<T>) -> Vec<f64> {
@@ -420,22 +444,13 @@ fn record_patterns<T: Float>(m: &TopicMlm<T>, set: &MlmSet, n: usize) -> Activat
 }
 
 fn log_probes(ctx: &mut RunCtx, step: u64, p: &Probes) -> Result<(), RunError> {
-    let rec = [
-        ("value_same", p.value.same),
-        ("value_diff", p.value.diff),
-        ("value_gap", p.value.gap),
-        ("value_gap_control", p.value_control.gap),
-        ("embedding_gap", p.embedding.gap),
-        ("embedding_gap_control", p.embedding_control.gap),
-        ("attention_same", p.attention.pairs.same),
-        ("attention_diff", p.attention.pairs.diff),
-        ("attention_gap", p.attention.pairs.gap),
-        ("attention_gap_control", p.attention_control.pairs.gap),
-        ("attention_same_mass", p.attention.same_mass),
-        ("attention_same_mass_uniform", p.attention.same_mass_uniform),
+    // Key order is the record's byte layout: value same/diff, the gaps, entropy.
+    let mut rec = vec![("value_same", p.value.same), ("value_diff", p.value.diff)];
+    rec.extend(p.gap_metrics());
+    rec.extend([
         ("attention_entropy", p.attention.entropy),
         ("attention_entropy_uniform", p.attention.entropy_uniform),
-    ];
+    ]);
     ctx.metrics()
         .log("probe", step, &rec)
         .map_err(|e| RunError::Io {

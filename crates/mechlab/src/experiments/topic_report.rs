@@ -79,21 +79,15 @@ pub fn report(
         ("bayes_bound", f.bound),
         ("value_same", p.value.same),
         ("value_diff", p.value.diff),
-        ("value_gap", p.value.gap),
-        ("value_gap_control", p.value_control.gap),
         ("embedding_same", p.embedding.same),
         ("embedding_diff", p.embedding.diff),
-        ("embedding_gap", p.embedding.gap),
-        ("embedding_gap_control", p.embedding_control.gap),
-        ("attention_same", p.attention.pairs.same),
-        ("attention_diff", p.attention.pairs.diff),
-        ("attention_gap", p.attention.pairs.gap),
-        ("attention_gap_control", p.attention_control.pairs.gap),
-        ("attention_same_mass", p.attention.same_mass),
-        ("attention_same_mass_uniform", p.attention.same_mass_uniform),
         ("attention_entropy", p.attention.entropy),
         ("attention_entropy_uniform", p.attention.entropy_uniform),
-    ] {
+    ]
+    .into_iter()
+    // Summary metrics are a sorted map, so where the shared gaps join is free.
+    .chain(p.gap_metrics())
+    {
         s.metric(k, v);
     }
     // --- verdicts ---

@@ -287,18 +287,7 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         s.metric(k, x);
     }
     for (tag, p) in [("lda", &pl), ("gold", &pg)] {
-        for (k, x) in [
-            ("embedding_gap", p.embedding.gap),
-            ("embedding_gap_control", p.embedding_control.gap),
-            ("value_gap", p.value.gap),
-            ("value_gap_control", p.value_control.gap),
-            ("attention_same", p.attention.pairs.same),
-            ("attention_diff", p.attention.pairs.diff),
-            ("attention_gap", p.attention.pairs.gap),
-            ("attention_gap_control", p.attention_control.pairs.gap),
-            ("attention_same_mass", p.attention.same_mass),
-            ("attention_same_mass_uniform", p.attention.same_mass_uniform),
-        ] {
+        for (k, x) in p.gap_metrics() {
             s.metric(&format!("{tag}_{k}"), x);
         }
         let cm = cfg.probe.control_max;

@@ -38,9 +38,13 @@ use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
+#[path = "topic_mlm_attention.rs"]
+mod attention;
 #[path = "topic_mlm_kernel.rs"]
 mod kernel;
-use kernel::{doc_step, embed, embed_back, project, scores};
+#[path = "topic_mlm_probe.rs"]
+mod probe;
+use kernel::{doc_step, embed, embed_back};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -539,99 +543,6 @@ impl<T: Float> TopicMlm<T> {
             }
         }
         work.iter().map(|w| w.loss).sum()
-    }
-
-    /// `h0` of every token id alone: `[d_vocab, d_model]` (the effective embeddings).
-    pub fn token_embeddings(&self) -> Vec<f64> {
-        let (v, d) = (self.plan.v, self.plan.d);
-        let mut w = make_probe_work::<T>(v, d);
-        let ids: Vec<u32> = (0..v as u32).collect();
-        embed(
-            &self.p,
-            &self.plan,
-            &ids,
-            &mut w.hook_embed,
-            &mut w.emb_xhat,
-            &mut w.emb_rstd,
-        );
-        w.hook_embed[..v * d].iter().map(|x| x.as_f64()).collect()
-    }
-
-    /// The attention pattern `[L, L]` of one document, every position a query
-    /// (hidden keys get 0).
-    pub fn attention_pattern(&self, ids: &[u32], hidden: &[bool]) -> Vec<f64> {
-        let (l, d) = (ids.len(), self.plan.d);
-        let mut w = make_probe_work::<T>(l, d);
-        embed(
-            &self.p,
-            &self.plan,
-            ids,
-            &mut w.hook_embed,
-            &mut w.emb_xhat,
-            &mut w.emb_rstd,
-        );
-        let n_vis = hidden.iter().filter(|h| !**h).count().max(1);
-        if self.plan.uniform {
-            let u = 1.0 / n_vis as f64;
-            return (0..l * l)
-                .map(|ij| if hidden[ij % l] { 0.0 } else { u })
-                .collect();
-        }
-        w.qpos = (0..l).collect();
-        project(
-            &mut w.hook_q,
-            &w.hook_embed,
-            ids,
-            None,
-            &self.plan,
-            &self.p[W_Q],
-            &self.p[B_Q],
-        );
-        project(
-            &mut w.hook_k,
-            &w.hook_embed,
-            ids,
-            None,
-            &self.plan,
-            &self.p[W_K],
-            &self.p[B_K],
-        );
-        scores(&mut w.hook_pattern, &w.hook_q, &w.hook_k, hidden, l, l, d);
-        w.hook_pattern[..l * l].iter().map(|x| x.as_f64()).collect()
-    }
-}
-
-fn make_probe_work<T: Float>(l: usize, d: usize) -> Work<T> {
-    let z = |n: usize| vec![T::zero(); n];
-    Work {
-        hook_embed: z(l * d),
-        emb_xhat: z(l * d),
-        emb_rstd: z(l),
-        hq: Vec::new(),
-        hook_q: z(l * d),
-        hook_k: z(l * d),
-        hook_v: Vec::new(),
-        hook_pattern: z(l * l),
-        hook_z: Vec::new(),
-        resid: Vec::new(),
-        ln_xhat: Vec::new(),
-        ln_rstd: Vec::new(),
-        y: Vec::new(),
-        logits: Vec::new(),
-        d_logits: Vec::new(),
-        d_y: Vec::new(),
-        d_resid: Vec::new(),
-        d_pattern: Vec::new(),
-        d_q: Vec::new(),
-        d_k: Vec::new(),
-        d_v: Vec::new(),
-        d_h0: Vec::new(),
-        d_hq: Vec::new(),
-        hbar: Vec::new(),
-        d_table: Vec::new(),
-        qpos: Vec::new(),
-        grads: std::array::from_fn(|_| Vec::new()),
-        loss: 0.0,
     }
 }
 
