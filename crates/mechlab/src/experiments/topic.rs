@@ -152,6 +152,15 @@ pub struct TopicRun<T: Float> {
 }
 
 impl<T: Float> TopicRun<T> {
+    /// Steps between dev evaluations: `eval_every`, or once per epoch when it is 0.
+    pub fn eval_interval(&self, eval_every: u64) -> u64 {
+        if eval_every == 0 {
+            self.spe
+        } else {
+            eval_every
+        }
+    }
+
     pub fn new(
         model: TopicMlm<T>,
         train: MlmSet,
@@ -497,11 +506,7 @@ fn run_typed<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, E
         cfg.mlm.patience,
         seed,
     );
-    let every = if cfg.mlm.eval_every == 0 {
-        run.spe
-    } else {
-        cfg.mlm.eval_every
-    };
+    let every = run.eval_interval(cfg.mlm.eval_every);
     let total = cfg.train.total_steps();
     let (batch, docs, nt) = (cfg.mlm.batch_size, cfg.probe.docs, lda.n_topics);
     let attn_trained = cfg.model.attention == AttnKind::Trained;

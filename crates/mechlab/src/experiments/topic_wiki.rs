@@ -224,11 +224,7 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         cfg.mlm.patience,
         seed,
     );
-    let every = if cfg.mlm.eval_every == 0 {
-        run.spe
-    } else {
-        cfg.mlm.eval_every
-    };
+    let every = run.eval_interval(cfg.mlm.eval_every);
     let total = cfg.train.total_steps();
     let (nl, ng) = (w.lda_topics, corpus.gold_names.len().max(1));
     let (batch, docs) = (cfg.mlm.batch_size, cfg.probe.docs);
