@@ -78,9 +78,13 @@ impl MetricsLog {
     pub fn log(&mut self, event: &str, step: u64, values: &[(&str, f64)]) -> std::io::Result<()> {
         // Written by hand into a reused buffer: this runs inside the training loop.
         self.line.clear();
-        write!(self.line, "{{\"event\":{},\"step\":{step}", json_str(event))?;
+        self.line.extend_from_slice(b"{\"event\":");
+        push_json_str(&mut self.line, event);
+        write!(self.line, ",\"step\":{step}")?;
         for (k, v) in values {
-            write!(self.line, ",{}:", json_str(k))?;
+            self.line.push(b',');
+            push_json_str(&mut self.line, k);
+            self.line.push(b':');
             if v.is_finite() {
                 write!(self.line, "{v:?}")?;
             } else {
@@ -100,8 +104,23 @@ impl MetricsLog {
     }
 }
 
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
+/// Appends `s` as a JSON string literal, escaping in place (no allocation).
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
 }
 
 /// Reads every record of a `metrics.jsonl`. A malformed line is an error naming the
@@ -142,4 +161,15 @@ pub fn series(records: &[Map<String, Value>], event: &str, key: &str) -> (Vec<f6
         }
     }
     (xs, ys)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_are_escaped_as_json() {
+        let mut out = Vec::new();
+        super::push_json_str(&mut out, "a\"b\\c\nd·é");
+        let back: String = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, "a\"b\\c\nd·é");
+    }
 }
