@@ -1,0 +1,243 @@
+//! Named hook points: every model's activations under TransformerLens names, read
+//! with [`HookedModel::run_with_cache`] and changed with [`HookedModel::run_with_hooks`].
+//!
+//! A researcher who knows TransformerLens asks a model for `blocks.0.attn.hook_pattern`
+//! and gets `[batch, head, query_pos, key_pos]`; the same name means the same layout
+//! in every mechlab model (see [`layout_of`] for the rule per name). A model lists
+//! the names it can produce with [`HookedModel::hook_points`]; asking for any other
+//! name is a [`HookError::Unknown`] naming the closest valid ones, never an empty
+//! array. Nothing here runs inside a training step: a model fills a cache only
+//! when asked, so training pays nothing for hooks nobody uses.
+//!
+//! ```
+//! use mechlab_engine::hooks::{layout_of, Tensor};
+//! assert_eq!(layout_of("blocks.1.attn.hook_pattern"), Some("[batch, head, query_pos, key_pos]"));
+//! let t = Tensor::new(vec![2, 3], vec![0.0; 6]);
+//! assert_eq!(t.numel(), 6);
+//! ```
+
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// A dense row-major tensor of activations (always `f64`: caches are for analysis,
+/// and `f32` models widen exactly).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f64>,
+}
+
+impl Tensor {
+    pub fn new(shape: Vec<usize>, data: Vec<f64>) -> Self {
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "tensor shape {shape:?} does not hold {} values",
+            data.len()
+        );
+        Tensor { shape, data }
+    }
+    pub fn zeros(shape: Vec<usize>) -> Self {
+        let n = shape.iter().product();
+        Tensor {
+            shape,
+            data: vec![0.0; n],
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Named activations of one forward pass, in name order.
+pub type ActivationCache = BTreeMap<String, Tensor>;
+
+/// The inputs of one forward pass: a batch of token sequences of one length, with
+/// optional per-token targets (an MLM's masked targets, a classifier's labels as
+/// one value per sequence). Token ids are the model's own vocabulary ids.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    /// `[batch, seq_len]`, row-major.
+    pub tokens: Vec<u32>,
+    pub batch: usize,
+    pub seq_len: usize,
+    /// Model-specific targets (`[batch]` labels or `[batch, seq_len]` targets);
+    /// empty when the model needs none for its output.
+    pub targets: Vec<i64>,
+}
+
+impl Batch {
+    pub fn new(tokens: Vec<u32>, batch: usize, seq_len: usize) -> Self {
+        assert_eq!(tokens.len(), batch * seq_len, "tokens are [batch, seq_len]");
+        Batch {
+            tokens,
+            batch,
+            seq_len,
+            targets: Vec::new(),
+        }
+    }
+    pub fn with_targets(mut self, targets: Vec<i64>) -> Self {
+        self.targets = targets;
+        self
+    }
+    pub fn seq(&self, b: usize) -> &[u32] {
+        &self.tokens[b * self.seq_len..(b + 1) * self.seq_len]
+    }
+}
+
+/// One hook point a model offers: its name and layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookPoint {
+    pub name: String,
+    /// Axis names, e.g. `[batch, head, query_pos, key_pos]`.
+    pub layout: String,
+    /// What the activation is, in this model.
+    pub doc: String,
+}
+
+impl HookPoint {
+    pub fn new(name: impl Into<String>, layout: impl Into<String>, doc: impl Into<String>) -> Self {
+        HookPoint {
+            name: name.into(),
+            layout: layout.into(),
+            doc: doc.into(),
+        }
+    }
+}
+
+/// The layout rule of a standard TransformerLens hook name (`None` for a model's
+/// own points, whose layout its [`HookPoint`] gives).
+pub fn layout_of(name: &str) -> Option<&'static str> {
+    let leaf = name.rsplit('.').next().unwrap_or(name);
+    let in_attn = name.contains(".attn.");
+    Some(match leaf {
+        "hook_embed" | "hook_pos_embed" | "hook_resid_pre" | "hook_resid_mid"
+        | "hook_resid_post" | "hook_attn_out" | "hook_mlp_out" => "[batch, pos, d_model]",
+        "hook_pattern" | "hook_attn_scores" if in_attn => "[batch, head, query_pos, key_pos]",
+        "hook_z" | "hook_q" | "hook_k" | "hook_v" if in_attn => "[batch, pos, head, d_head]",
+        "hook_result" if in_attn => "[batch, pos, head, d_model]",
+        "hook_pre" | "hook_post" => "[batch, pos, d_mlp]",
+        "hook_logits" => "[batch, pos, d_vocab]",
+        _ => return None,
+    })
+}
+
+/// What an intervention writes into an activation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ablation {
+    /// Zero the selected entries.
+    Zero,
+    /// Replace the selected entries by their mean over the batch (the mean over a
+    /// reference batch is [`Ablation::Patch`] of a precomputed tensor).
+    Mean,
+    /// Replace the selected entries by this tensor's (same shape as the activation:
+    /// activation patching from another run, or resample ablation).
+    Patch(Tensor),
+}
+
+/// One intervention on a named activation, optionally restricted to some heads
+/// (the `head` axis of per-head names) and some positions (the `pos` or
+/// `query_pos` axis).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hook {
+    pub name: String,
+    pub ablation: Ablation,
+    pub heads: Option<Vec<usize>>,
+    pub positions: Option<Vec<usize>>,
+}
+
+/// Why a hook request could not be served.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum HookError {
+    #[error("unknown hook point `{name}`{}; this model has: {}", suggestion(.name, .available), .available.join(", "))]
+    Unknown {
+        name: String,
+        available: Vec<String>,
+    },
+    #[error("hook `{name}`: {reason}")]
+    Invalid { name: String, reason: String },
+    #[error("input: {0}")]
+    Input(String),
+}
+
+fn suggestion(name: &str, available: &[String]) -> String {
+    let leaf = name.rsplit('.').next().unwrap_or(name);
+    match available
+        .iter()
+        .find(|a| a.rsplit('.').next() == Some(leaf))
+    {
+        Some(a) => format!(" (did you mean `{a}`?)"),
+        None => String::new(),
+    }
+}
+
+/// Checks `names` against a model's hook points.
+pub fn check_names(points: &[HookPoint], names: &[&str]) -> Result<(), HookError> {
+    for n in names {
+        if !points.iter().any(|p| p.name == *n) {
+            return Err(HookError::Unknown {
+                name: n.to_string(),
+                available: points.iter().map(|p| p.name.clone()).collect(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A model whose activations can be read and changed by name.
+///
+/// `run_with_cache(batch, &[])` returns the output and an empty cache (no hook
+/// point is computed twice); `run_with_cache(batch, &names)` returns exactly the
+/// named activations. The output is the model's prediction in its own layout
+/// (documented by [`HookedModel::output_layout`]).
+pub trait HookedModel {
+    /// Every hook point this model can fill, in forward order.
+    fn hook_points(&self) -> Vec<HookPoint>;
+    /// The output tensor's layout, e.g. `[batch, d_vocab]`.
+    fn output_layout(&self) -> String;
+    /// Forward pass recording the named activations.
+    fn run_with_cache(
+        &mut self,
+        batch: &Batch,
+        names: &[&str],
+    ) -> Result<(Tensor, ActivationCache), HookError>;
+    /// Forward pass with interventions applied, in order, at their hook points.
+    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_suggest_the_same_leaf() {
+        let pts = vec![
+            HookPoint::new(
+                "blocks.0.attn.hook_pattern",
+                "[batch, head, query_pos, key_pos]",
+                "",
+            ),
+            HookPoint::new("hook_embed", "[batch, pos, d_model]", ""),
+        ];
+        assert!(check_names(&pts, &["hook_embed"]).is_ok());
+        let e = check_names(&pts, &["blocks.1.attn.hook_pattern"]).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("did you mean `blocks.0.attn.hook_pattern`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn standard_layouts() {
+        assert_eq!(
+            layout_of("blocks.0.attn.hook_z"),
+            Some("[batch, pos, head, d_head]")
+        );
+        assert_eq!(
+            layout_of("blocks.0.hook_resid_post"),
+            Some("[batch, pos, d_model]")
+        );
+        assert_eq!(layout_of("blocks.0.ffn.hook_kernel"), None);
+    }
+}
