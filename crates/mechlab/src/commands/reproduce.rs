@@ -7,7 +7,7 @@
 //! each run's figures.
 
 use super::{report, resolve, run};
-use crate::experiments::{self, ExperimentError, ReproduceItem};
+use crate::experiment::{self, ExperimentError, ReproduceItem};
 use crate::run::summary::Summary;
 use crate::run::{atomic, io_err, RunError};
 use mechlab_report::{Block, Report, Section, Verdict};
@@ -37,7 +37,7 @@ pub fn reproduce(
     quiet: bool,
     command: &str,
 ) -> Result<Vec<Outcome>, ExperimentError> {
-    let all = experiments::all();
+    let all = experiment::all();
     for p in papers {
         if !all.iter().any(|e| e.name() == p) {
             return Err(ExperimentError::Data(format!(
