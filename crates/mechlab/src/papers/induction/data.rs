@@ -28,25 +28,16 @@
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-/// How the transition tables and the last token are drawn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the transition tables and the last token are drawn (`data.variant`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Variant {
+    /// `ngram`: the paper's n-gram chain.
+    #[default]
+    #[serde(rename = "ngram")]
     NGram,
     RedrawLast,
     DoublyStochastic,
-}
-
-impl Variant {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "ngram" => Ok(Variant::NGram),
-            "redraw_last" => Ok(Variant::RedrawLast),
-            "doubly_stochastic" => Ok(Variant::DoublyStochastic),
-            _ => Err(format!(
-                "data.variant `{s}`: expected ngram, redraw_last or doubly_stochastic"
-            )),
-        }
-    }
 }
 
 /// What to generate.

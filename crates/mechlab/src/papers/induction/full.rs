@@ -52,7 +52,7 @@ impl Default for FullConfig {
             d_vocab: 3,
             n_heads: 3,
             degree: 2,
-            w_plus: 1.0,
+            w_plus: 3.0,
             w_minus: 0.01,
             c_init: 0.01,
             a_init: 0.01,

@@ -32,23 +32,15 @@ use rayon::prelude::*;
 /// Sequences per work chunk: fixed, so the summation order never depends on threads.
 pub const CHUNK: usize = 512;
 
-/// Which loss a step minimises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which loss a step minimises (`model.loss`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LossKind {
     /// Cross-entropy of ŷ treated as logits (the authors' code).
+    #[default]
     Code,
     /// `−log max(ŷ_y, floor)`.
     Nll,
-}
-
-impl LossKind {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "code" => Ok(LossKind::Code),
-            "nll" => Ok(LossKind::Nll),
-            _ => Err(format!("model.loss `{s}`: expected code or nll")),
-        }
-    }
 }
 
 /// The kernel's subsets `δ` (bit `c` = component `c`), `|δ| ≤ degree`, in the order

@@ -56,7 +56,7 @@ pub const ROW_BLOCK: usize = 512;
 pub struct ModelConfig {
     pub d_model: usize,
     /// `"f64"` or `"f32"`.
-    pub dtype: String,
+    pub dtype: crate::experiment::Dtype,
     /// Expected norm of an embedding row at initialisation (entries `N(0, init_e²/d)`).
     pub init_e: f64,
     /// Norm of `v` (a random direction).
@@ -70,7 +70,7 @@ impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             d_model: 64,
-            dtype: "f64".into(),
+            dtype: crate::experiment::Dtype::F64,
             init_e: 1.0,
             v_norm: 1.0,
             e_orthogonal_to_v: true,

@@ -94,7 +94,7 @@ pub enum InitKind {
 #[serde(deny_unknown_fields, default)]
 pub struct TopicMlmConfig {
     /// `"f32"` or `"f64"`.
-    pub dtype: String,
+    pub dtype: crate::experiment::Dtype,
     /// 0: `d_vocab` (required by one-hot embeddings and the identity decoder).
     pub d_model: usize,
     pub embedding: EmbedKind,
@@ -115,7 +115,7 @@ pub struct TopicMlmConfig {
 impl Default for TopicMlmConfig {
     fn default() -> Self {
         TopicMlmConfig {
-            dtype: "f32".into(),
+            dtype: crate::experiment::Dtype::F32,
             d_model: 0,
             embedding: EmbedKind::OneHot,
             attention: AttnKind::Uniform,
