@@ -34,6 +34,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::layer2::{window, Layer2};
+use mechlab_engine::layers::softmax;
 use mechlab_engine::{param, Float, Param, Parameters};
 
 pub use super::layer2::{subset_name, subsets, LossKind, CHUNK};
@@ -184,20 +185,12 @@ impl<T: Float> Simplified<T> {
         let w = self.w.value();
         for hd in 0..h {
             for m in 0..=h {
+                // the first m distances exist: softmax over those, 0 on the rest
                 let row = &mut self.pattern[(hd * (h + 1) + m) * h..(hd * (h + 1) + m + 1) * h];
-                row.iter_mut().for_each(|x| *x = T::zero());
-                if m == 0 {
-                    continue;
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x = w[(hd + j) * h + hd];
                 }
-                let mx = (0..m)
-                    .map(|j| w[(hd + j) * h + hd])
-                    .fold(T::neg_infinity(), T::max);
-                let mut sum = T::zero();
-                for j in 0..m {
-                    row[j] = (w[(hd + j) * h + hd] - mx).exp();
-                    sum += row[j];
-                }
-                row[..m].iter_mut().for_each(|x| *x /= sum);
+                softmax::row_in_place(row, |j| j < m);
             }
         }
         let eps = T::of(NORM_EPS);
@@ -223,20 +216,8 @@ impl<T: Float> Simplified<T> {
     /// Head `h`'s weight on each distance `1..=2H-1` at a position where every
     /// distance exists: `[H, 2H-1]` (head, distance − 1).
     pub fn interior_pattern(&self) -> Vec<f64> {
-        let h = self.cfg.n_heads;
-        let nd = 2 * h - 1;
         let w: Vec<f64> = self.w.value().iter().map(|x| x.as_f64()).collect();
-        let mut out = vec![0.0; h * nd];
-        for hd in 0..h {
-            let mx = (0..h)
-                .map(|j| w[(hd + j) * h + hd])
-                .fold(f64::MIN, f64::max);
-            let z: f64 = (0..h).map(|j| (w[(hd + j) * h + hd] - mx).exp()).sum();
-            for j in 0..h {
-                out[hd * nd + hd + j] = (w[(hd + j) * h + hd] - mx).exp() / z;
-            }
-        }
-        out
+        super::probes::rpe_pattern(&w, self.cfg.n_heads)
     }
 
     /// `c_δ² / Σ_{δ_0=0} c_δ²` for every subset (0 for subsets holding the raw token).
@@ -297,7 +278,7 @@ impl<T: Float> Simplified<T> {
     fn run(&mut self, tokens: &[u8], l: usize, grad: bool, out: Option<&mut [T]>) -> T {
         let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.l2.nc);
         self.layer1();
-        let (a, floor) = (self.a.value()[0], T::of(self.cfg.nll_floor));
+        let (a, floor) = (self.a.value()[0], self.cfg.nll_floor);
         let loss = self.l2.run(
             tokens,
             l,

@@ -33,10 +33,10 @@
 use crate::papers::topic::data::{MlmSet, NO_LABEL};
 use crate::rng::{stream, Stream};
 use mechlab_engine::matmul::{matmul, Op};
+use mechlab_engine::parallel;
 use mechlab_engine::{param, Float, Param, Parameters};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
-use rayon::prelude::*;
 
 mod attention;
 mod kernel;
@@ -148,9 +148,10 @@ pub const W_U: usize = 12;
 pub const B_U: usize = 13;
 const N_SLOTS: usize = 14;
 const LN_EPS: f64 = 1e-12;
-/// Fixed number of batch chunks: each gets its own gradient buffers, reduced in
-/// chunk order, so results do not depend on the thread count.
-pub const N_CHUNKS: usize = 8;
+/// Fixed number of batch chunks (the engine's [`parallel::N_CHUNKS`]): each gets
+/// its own gradient buffers, reduced in chunk order, so results do not depend on
+/// the thread count.
+pub const N_CHUNKS: usize = parallel::N_CHUNKS;
 
 /// The fast paths a config allows.
 #[derive(Clone, Copy, Debug)]
@@ -496,7 +497,7 @@ impl<T: Float> TopicMlm<T> {
         }
         let (p, plan, table) = (&*p, *plan, &*table);
         let n = docs.len();
-        work.par_iter_mut().enumerate().for_each(|(c, w)| {
+        parallel::for_each_chunk(n, work, |_, items, w| {
             w.loss = 0.0;
             if backward {
                 w.grads
@@ -504,7 +505,7 @@ impl<T: Float> TopicMlm<T> {
                     .for_each(|g| g.iter_mut().for_each(|x| *x = T::zero()));
                 w.d_table.iter_mut().for_each(|x| *x = T::zero());
             }
-            for &doc in &docs[c * n / N_CHUNKS..(c + 1) * n / N_CHUNKS] {
+            for &doc in &docs[items] {
                 let r = set.range(doc as usize);
                 w.loss += doc_step(
                     p,
