@@ -78,6 +78,8 @@ fn selection_step_matches_engine_layers() {
     let data = Arc::new(data(n, n_ctx, d_vocab));
     let cfg = ModelConfig {
         d_model: d,
+        // E ⊥ v would make every value u = 0 and ∂L/∂p vanish
+        e_orthogonal_to_v: false,
         ..ModelConfig::default()
     };
     let mut m = SelectionModel::<f64>::new(&cfg, data.clone(), 3);

@@ -34,7 +34,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::layer2::{window, Layer2};
-use mechlab_engine::layers::softmax;
+use mechlab_engine::layers::{l2norm, softmax};
 use mechlab_engine::{param, Float, Param, Parameters};
 
 pub use super::layer2::{subset_name, subsets, LossKind, CHUNK};
@@ -193,7 +193,6 @@ impl<T: Float> Simplified<T> {
                 softmax::row_in_place(row, |j| j < m);
             }
         }
-        let eps = T::of(NORM_EPS);
         for hd in 0..h {
             for code in 0..nc {
                 let o = (hd * nc + code) * s;
@@ -204,11 +203,15 @@ impl<T: Float> Simplified<T> {
                 for j in 0..m {
                     u[toks[j]] += pat[j];
                 }
-                let n = u.iter().map(|x| *x * *x).sum::<T>().sqrt();
-                self.norm_tab[hd * nc + code] = n;
-                for k in 0..s {
-                    self.l2.v_tab[o + k] = self.u_tab[o + k] / (n + eps);
-                }
+                let r = hd * nc + code;
+                l2norm::forward_plus_eps(
+                    &mut self.l2.v_tab[o..o + s],
+                    &mut self.norm_tab[r..r + 1],
+                    u,
+                    1,
+                    s,
+                    NORM_EPS,
+                );
             }
         }
     }
@@ -299,25 +302,30 @@ impl<T: Float> Simplified<T> {
             return loss;
         }
         // v tables → u tables → patterns → W
-        let eps = T::of(NORM_EPS);
         self.d_pat.iter_mut().for_each(|x| *x = T::zero());
+        let mut du = [T::zero(); 64];
         for hd in 0..h {
             for code in 0..nc {
-                let nrm = self.norm_tab[hd * nc + code];
-                if nrm <= T::zero() {
-                    continue;
+                let r = hd * nc + code;
+                if self.norm_tab[r] <= T::zero() {
+                    continue; // no distance exists: u = 0 whatever W is
                 }
-                let o = (hd * nc + code) * s;
-                let ne = nrm + eps;
-                let dot: T = (0..s)
-                    .map(|k| self.l2.dv_tab[o + k] * self.u_tab[o + k])
-                    .sum();
-                let coef = dot / (nrm * ne * ne);
+                let o = r * s;
+                du[..s].iter_mut().for_each(|x| *x = T::zero());
+                l2norm::backward_plus_eps(
+                    &mut du[..s],
+                    &self.l2.dv_tab[o..o + s],
+                    &self.u_tab[o..o + s],
+                    &self.norm_tab[r..r + 1],
+                    1,
+                    s,
+                    NORM_EPS,
+                );
+                // u[k] = Σ_{j: toks[j] = k} pattern[j]
                 let (m, toks) = window(code, s, h);
                 let po = (hd * (h + 1) + m) * h;
                 for j in 0..m {
-                    let k = toks[j];
-                    self.d_pat[po + j] += self.l2.dv_tab[o + k] / ne - self.u_tab[o + k] * coef;
+                    self.d_pat[po + j] += du[toks[j]];
                 }
             }
         }
