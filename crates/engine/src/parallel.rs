@@ -56,11 +56,7 @@ pub fn sized_chunks(n_items: usize) -> usize {
 /// flat `[n_items, …]` buffer. Panics if the chunk starts past the end.
 pub fn sized_chunk_range(n_items: usize, chunk: usize) -> Range<usize> {
     let start = chunk * CHUNK_ITEMS;
-    assert!(
-        start < n_items.max(1),
-        "chunk {chunk} of {} items",
-        n_items
-    );
+    assert!(start < n_items.max(1), "chunk {chunk} of {} items", n_items);
     start..(start + CHUNK_ITEMS).min(n_items)
 }
 

@@ -12,9 +12,7 @@
 
 use mechlab::papers::induction::data::{generate, MarkovSpec};
 use mechlab::papers::induction::full::{Full, FullConfig, LN_EPS, SELF_LOGIT};
-use mechlab::papers::induction::simplified::{
-    LossKind, Simplified, SimplifiedConfig, NORM_EPS,
-};
+use mechlab::papers::induction::simplified::{LossKind, Simplified, SimplifiedConfig, NORM_EPS};
 use mechlab_engine::layers::attention::{Attention, AttnExtras};
 use mechlab_engine::layers::loss::{self, Reduction};
 use mechlab_engine::layers::rpe::Rpe;
@@ -51,7 +49,12 @@ fn reference_seq(
 
     // --- layer 1: head h attends to distances h+1..=h+H with logit W[r-1, h]
     // (plus, in the full model, q·k and itself at logit SELF_LOGIT) ---
-    let rpe = Rpe::new(h, 2 * h, 1, (0..h as isize).map(|k| (k + 1, k + h as isize)).collect());
+    let rpe = Rpe::new(
+        h,
+        2 * h,
+        1,
+        (0..h as isize).map(|k| (k + 1, k + h as isize)).collect(),
+    );
     let mut table = vec![0.0; rpe.table_len()]; // [H, 2H]: Wᵀ, last column unused
     for hd in 0..h {
         for r in 0..2 * h - 1 {
@@ -97,7 +100,17 @@ fn reference_seq(
     attn.forward(&mut u, &mut pat, &q, &k, &v, &ex);
     let (mut vn, mut st1, mut st2) = (vec![0.0; t * h * s], vec![0.0; t * h], vec![0.0; t * h]);
     if m.full {
-        layernorm::forward(&mut vn, &mut st1, &mut st2, &u, &p[4], &p[5], t * h, s, LN_EPS);
+        layernorm::forward(
+            &mut vn,
+            &mut st1,
+            &mut st2,
+            &u,
+            &p[4],
+            &p[5],
+            t * h,
+            s,
+            LN_EPS,
+        );
     } else {
         l2norm::forward_plus_eps(&mut vn, &mut st1, &u, t * h, s, NORM_EPS);
     }
@@ -157,7 +170,17 @@ fn reference_seq(
     let mut dlogit = vec![0.0; l];
     softmax::backward(&mut dlogit, &dprob, &prob, 1, l);
     let (mut dkt, mut dwts) = (vec![0.0; l * ns], vec![0.0; ns]);
-    linear::backward(Some(&mut dkt), &mut dwts, None, &dlogit, &kt, &wts, l, ns, 1);
+    linear::backward(
+        Some(&mut dkt),
+        &mut dwts,
+        None,
+        &dlogit,
+        &kt,
+        &wts,
+        l,
+        ns,
+        1,
+    );
     // wts_δ = a c_δ² / Z: da = Σ dwts_δ c_δ² / Z, dc_δ = 2 a c_δ (dwts_δ − Σ dwts c² / Z) / Z
     let sw: f64 = (0..ns)
         .filter(|&i| active(i))
@@ -272,7 +295,12 @@ fn perturb<M: Parameters<f64>>(m: &mut M, amp: f64) {
     });
 }
 
-fn assert_matches(tag: &str, names: &[&str], fused: (f64, Vec<Vec<f64>>), want: (f64, Vec<Vec<f64>>)) {
+fn assert_matches(
+    tag: &str,
+    names: &[&str],
+    fused: (f64, Vec<Vec<f64>>),
+    want: (f64, Vec<Vec<f64>>),
+) {
     assert!(
         (fused.0 - want.0).abs() <= 1e-10 * want.0.abs(),
         "{tag} loss: fused {} vs reference {}",
@@ -356,7 +384,12 @@ fn full_matches_engine_layers(loss: LossKind) {
     };
     let want = reference(&shape, &lists(&m, false), &data.tokens, l);
     let names = ["W", "W_Q", "W_K", "W_OV", "ln.w", "ln.b", "C", "a"];
-    assert_matches(&format!("full {loss:?}"), &names, (fused, lists(&m, true)), want);
+    assert_matches(
+        &format!("full {loss:?}"),
+        &names,
+        (fused, lists(&m, true)),
+        want,
+    );
 }
 
 #[test]

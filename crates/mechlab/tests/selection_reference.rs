@@ -25,7 +25,9 @@ fn data(n: usize, n_ctx: usize, d_vocab: usize) -> SeqData {
             ids[k * n_ctx + i] = ((k * 5 + i * 3 + k * i) % d_vocab) as u32;
         }
     }
-    let y = (0..n).map(|k| if k % 3 == 0 { -1.0 } else { 1.0 }).collect();
+    let y = (0..n)
+        .map(|k| if k % 3 == 0 { -1.0 } else { 1.0 })
+        .collect();
     SeqData {
         n,
         n_ctx,

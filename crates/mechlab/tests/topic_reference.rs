@@ -107,7 +107,9 @@ fn reference(p: &[Vec<f64>], set: &MlmSet, v: usize, d: usize) -> (f64, Vec<Vec<
         attn.forward(&mut z, &mut pat, &q, &k, &vv, &ex);
         let resid: Vec<f64> = z.iter().zip(&hq).map(|(a, b)| a + b).collect();
         let (mut y, mut m1, mut r1) = (vec![0.0; s * d], vec![0.0; s], vec![0.0; s]);
-        layernorm::forward(&mut y, &mut m1, &mut r1, &resid, &p[LN_W], &p[LN_B], s, d, LN_EPS);
+        layernorm::forward(
+            &mut y, &mut m1, &mut r1, &resid, &p[LN_W], &p[LN_B], s, d, LN_EPS,
+        );
         let mut logits = vec![0.0; s * v];
         linear::forward(&mut logits, &y, &wu, Some(&p[B_U]), s, d, v);
         let mut dlogits = vec![0.0; s * v];
@@ -116,7 +118,17 @@ fn reference(p: &[Vec<f64>], set: &MlmSet, v: usize, d: usize) -> (f64, Vec<Vec<
         dlogits.iter_mut().for_each(|x| *x *= inv_n);
         let mut dy = vec![0.0; s * d];
         let (gu, rest) = g.split_at_mut(B_U);
-        linear::backward(Some(&mut dy), &mut dwu, Some(&mut rest[0]), &dlogits, &y, &wu, s, d, v);
+        linear::backward(
+            Some(&mut dy),
+            &mut dwu,
+            Some(&mut rest[0]),
+            &dlogits,
+            &y,
+            &wu,
+            s,
+            d,
+            v,
+        );
         let mut dresid = vec![0.0; s * d];
         {
             let (gw, gb) = gu.split_at_mut(LN_B);
@@ -135,12 +147,53 @@ fn reference(p: &[Vec<f64>], set: &MlmSet, v: usize, d: usize) -> (f64, Vec<Vec<
         }
         let (mut dq, mut dk, mut dv) = (vec![0.0; s * d], vec![0.0; l * d], vec![0.0; l * d]);
         let mut scratch = vec![0.0; s * l];
-        attn.backward(&mut dq, &mut dk, &mut dv, None, &mut scratch, &dresid, &pat, &q, &k, &vv);
+        attn.backward(
+            &mut dq,
+            &mut dk,
+            &mut dv,
+            None,
+            &mut scratch,
+            &dresid,
+            &pat,
+            &q,
+            &k,
+            &vv,
+        );
         let mut dhq = dresid.clone(); // the residual branch
         let mut dh0 = vec![0.0; l * d];
-        linear::backward(Some(&mut dhq), &mut dwq, Some(&mut g[B_Q]), &dq, &hq, &wq, s, d, d);
-        linear::backward(Some(&mut dh0), &mut dwk, Some(&mut g[B_K]), &dk, &h0, &wk, l, d, d);
-        linear::backward(Some(&mut dh0), &mut dwv, Some(&mut g[B_V]), &dv, &h0, &wv, l, d, d);
+        linear::backward(
+            Some(&mut dhq),
+            &mut dwq,
+            Some(&mut g[B_Q]),
+            &dq,
+            &hq,
+            &wq,
+            s,
+            d,
+            d,
+        );
+        linear::backward(
+            Some(&mut dh0),
+            &mut dwk,
+            Some(&mut g[B_K]),
+            &dk,
+            &h0,
+            &wk,
+            l,
+            d,
+            d,
+        );
+        linear::backward(
+            Some(&mut dh0),
+            &mut dwv,
+            Some(&mut g[B_V]),
+            &dv,
+            &h0,
+            &wv,
+            l,
+            d,
+            d,
+        );
         for (r, &j) in qpos.iter().enumerate() {
             dh0[j * d..(j + 1) * d]
                 .iter_mut()
@@ -221,7 +274,10 @@ fn topic_kernel_matches_engine_layers() {
             // q·b_K shifts every key's logit equally, so ∂L/∂b_K = 0 exactly: both
             // sides are rounding noise
             let noise = got.iter().chain(want).fold(0.0f64, |a, x| a.max(x.abs()));
-            assert!(noise < 1e-14, "b_K gradient {noise:e} is not rounding noise");
+            assert!(
+                noise < 1e-14,
+                "b_K gradient {noise:e} is not rounding noise"
+            );
             continue;
         }
         let scale = want.iter().fold(0.0f64, |a, x| a.max(x.abs()));

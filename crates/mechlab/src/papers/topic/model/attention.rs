@@ -12,8 +12,8 @@
 //! `d = d_model`.
 
 use super::kernel::add_rows;
-use mechlab_engine::layers::softmax;
 use super::*;
+use mechlab_engine::layers::softmax;
 
 /// `out[r] = h[rows[r]] · W + b` (rows: `qpos`, or all when `None`). One-hot `h`
 /// turns the product into a gather of `W`'s rows.

@@ -8,8 +8,8 @@
 //! the loss reads), `d = d_model`, `V = d_vocab`.
 
 use super::attention::{attend, attend_back};
-use mechlab_engine::layers::layernorm;
 use super::*;
+use mechlab_engine::layers::layernorm;
 
 /// `h0: [n, d]` for `ids`; with the BERT layer norm, keeps its input `pre: [n, d]`
 /// and its `mean`, `rstd: [n]` for the backward.
@@ -309,7 +309,9 @@ pub(super) fn doc_step<T: Float>(
     }
     if plan.layer_norm {
         let (gw, gb) = g.split_at_mut(LN_B);
-        w.d_resid[..rows * d].iter_mut().for_each(|x| *x = T::zero());
+        w.d_resid[..rows * d]
+            .iter_mut()
+            .for_each(|x| *x = T::zero());
         layernorm::backward(
             &mut w.d_resid[..rows * d],
             Some(&mut gw[LN_W]),

@@ -189,7 +189,7 @@ struct Work<T> {
     hook_pattern: Vec<T>, // [S, L]
     hook_z: Vec<T>,       // a: [S, d]
     resid: Vec<T>,        // [S, d] before the final norm
-    ln_mean: Vec<T>, // [S]: the final layer norm's statistics (its input is resid)
+    ln_mean: Vec<T>,      // [S]: the final layer norm's statistics (its input is resid)
     ln_rstd: Vec<T>,
     y: Vec<T>,      // [S, d]
     logits: Vec<T>, // [S, V]
