@@ -39,14 +39,16 @@ use crate::rng::{stream, Stream};
 use crate::train::optim::trains;
 use crate::train::Trainable;
 use mechlab_engine::matmul::{matmul, Op};
+use mechlab_engine::parallel;
 use mechlab_engine::{param, Float, Param, Parameters};
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// Sequences per parallel work unit (fixed, so reductions do not depend on threads).
-pub const SEQ_CHUNK: usize = 512;
+/// Sequences per parallel work unit: the engine's fixed [`parallel::CHUNK_ITEMS`],
+/// so reductions do not depend on threads.
+pub const SEQ_CHUNK: usize = parallel::CHUNK_ITEMS;
 /// Embedding rows per parallel work unit in the `[d_vocab, d_model]` products.
 pub const ROW_BLOCK: usize = 512;
 
@@ -141,7 +143,7 @@ impl<T: Float> SelectionModel<T> {
             }
         }
         let cast = |x: Vec<f64>| x.into_iter().map(T::of).collect::<Vec<T>>();
-        let n_chunks = data.n.div_ceil(SEQ_CHUNK);
+        let n_chunks = parallel::sized_chunks(data.n);
         let nt = data.n * data.n_ctx;
         SelectionModel {
             w_e: param("embed.W_E", "embed", &[v, d], cast(e)),
