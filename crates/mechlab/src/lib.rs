@@ -19,6 +19,8 @@
 pub mod commands;
 pub mod config;
 pub mod experiment;
+pub mod inspect;
+pub mod intervene;
 pub mod papers;
 pub mod rng;
 pub mod run;

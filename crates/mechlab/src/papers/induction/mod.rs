@@ -18,6 +18,7 @@
 
 pub mod data;
 pub mod full;
+pub mod hooks;
 mod layer2;
 pub mod probes;
 pub mod simplified;

@@ -12,6 +12,7 @@
 //! probes, the test loss and the verdicts use the best checkpoint.
 
 pub mod data;
+pub mod hooks;
 pub mod model;
 pub mod probes;
 pub mod report;
