@@ -60,12 +60,6 @@ impl<'a> Site<'a> {
         })
     }
 
-    /// Whether the forward has to build `name` at all (cached or hooked); a
-    /// forward may skip building an activation nobody reads.
-    pub fn wants(&self, name: &str) -> bool {
-        self.names.contains(&name) || self.hooks.iter().any(|h| h.name == name)
-    }
-
     /// Applies the hooks on `name` to `t` in order, then records `t` if asked for.
     pub fn visit(&mut self, name: &str, t: &mut Tensor, axes: Axes) -> Result<(), HookError> {
         for (i, h) in self.hooks.iter().enumerate() {
@@ -170,4 +164,88 @@ pub fn apply(t: &mut Tensor, hook: &Hook, axes: Axes) -> Result<(), HookError> {
         };
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(ablation: Ablation, heads: Option<Vec<usize>>, positions: Option<Vec<usize>>) -> Hook {
+        Hook {
+            name: "blocks.0.attn.hook_z".into(),
+            ablation,
+            heads,
+            positions,
+        }
+    }
+
+    /// `[batch 2, pos 3, head 2, d_head 1]` with entry value `100 b + 10 pos + head`.
+    fn z() -> Tensor {
+        let data = (0..12)
+            .map(|i| (100 * (i / 6) + 10 * ((i / 2) % 3) + i % 2) as f64)
+            .collect();
+        Tensor::new(vec![2, 3, 2, 1], data)
+    }
+
+    const AXES: Axes = Axes {
+        head: Some(2),
+        pos: Some(1),
+    };
+
+    #[test]
+    fn restrictions_select_exactly_their_heads_and_positions() {
+        let mut t = z();
+        apply(
+            &mut t,
+            &hook(Ablation::Zero, Some(vec![1]), Some(vec![0, 2])),
+            AXES,
+        )
+        .unwrap();
+        let orig = z();
+        for i in 0..12 {
+            let (pos, head) = ((i / 2) % 3, i % 2);
+            let hit = head == 1 && pos != 1;
+            assert_eq!(t.data[i], if hit { 0.0 } else { orig.data[i] }, "entry {i}");
+        }
+    }
+
+    #[test]
+    fn mean_is_over_the_batch_and_patch_copies() {
+        let mut t = z();
+        apply(&mut t, &hook(Ablation::Mean, None, Some(vec![2])), AXES).unwrap();
+        // position 2, head 0: (20 + 120) / 2; head 1: (21 + 121) / 2, in both rows
+        assert_eq!(&t.data[4..6], &[70.0, 71.0]);
+        assert_eq!(&t.data[10..12], &[70.0, 71.0]);
+        assert_eq!(&t.data[..4], &z().data[..4]);
+        let mut u = z();
+        let src = Tensor::new(vec![2, 3, 2, 1], vec![-1.0; 12]);
+        apply(
+            &mut u,
+            &hook(Ablation::Patch(src), Some(vec![0]), None),
+            AXES,
+        )
+        .unwrap();
+        assert!(u
+            .data
+            .iter()
+            .enumerate()
+            .all(|(i, v)| (*v == -1.0) == (i % 2 == 0)));
+    }
+
+    #[test]
+    fn bad_hooks_are_errors() {
+        let mut t = z();
+        let out_of_range = hook(Ablation::Zero, None, Some(vec![3]));
+        assert!(apply(&mut t, &out_of_range, AXES).is_err());
+        let no_axis = hook(Ablation::Zero, Some(vec![0]), None);
+        assert!(apply(&mut t, &no_axis, Axes::default()).is_err());
+        let wrong = hook(Ablation::Patch(Tensor::zeros(vec![2, 3, 2])), None, None);
+        assert!(apply(&mut t, &wrong, AXES).is_err());
+        assert_eq!(t, z(), "a failed hook leaves the activation alone");
+        // a hook on a listed point the forward never visits is an error at the end
+        let points = vec![HookPoint::new("blocks.0.attn.hook_z", "", "")];
+        let hooks = vec![hook(Ablation::Zero, None, None)];
+        let site = Site::new(&points, &[], &hooks).unwrap();
+        assert!(matches!(site.finish(), Err(HookError::Invalid { .. })));
+    }
 }
