@@ -358,6 +358,10 @@ fn tiny_topic(seed: u64) -> (LdaModel, MlmSet) {
 /// The documents of `set` (all of one length) as a batch with their labels.
 fn topic_batch(set: &MlmSet) -> Batch {
     let l = set.range(0).len();
+    assert!(
+        (0..set.len()).all(|d| set.range(d).len() == l),
+        "one length per batch"
+    );
     let targets = set
         .label
         .iter()
