@@ -28,8 +28,9 @@
 
 use crate::config::{self, ConfigError};
 use crate::papers::induction::full::{Full, FullConfig};
-use crate::papers::induction::simplified::{LossKind, Simplified, SimplifiedConfig};
-use crate::papers::induction::InductionConfig;
+use crate::experiment::Dtype;
+use crate::papers::induction::simplified::{Simplified, SimplifiedConfig};
+use crate::papers::induction::{InductionConfig, ModelKind};
 use crate::papers::selection::data::SeqData;
 use crate::papers::selection::model::SelectionModel;
 use crate::papers::selection::SelectionConfig;
@@ -76,14 +77,7 @@ pub fn load_model(run_dir: &Path, step: Option<u64>) -> Result<Model, LoadError>
         .and_then(|v| v.as_str())
         .unwrap_or_default()
         .to_string();
-    let dtype = |d: &str| match d {
-        "f64" => Ok(false),
-        "f32" => Ok(true),
-        other => Err(unsupported(
-            &file,
-            format!("model.dtype = `{other}`: expected f64 or f32"),
-        )),
-    };
+    let dtype = |d: &Dtype| Ok::<bool, LoadError>(*d == Dtype::F32);
     match experiment.as_str() {
         "induction" => {
             let cfg: InductionConfig = config::typed(&table, &file)?;
@@ -157,15 +151,15 @@ fn read<T: Float>(ckpt: &Path) -> Result<Loaded<T>, LoadError> {
 fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built {
     let m = &cfg.model;
     let (s, h) = (cfg.data.vocab, m.n_heads);
-    let loss = LossKind::parse(&m.loss).map_err(|r| unsupported(file, r))?;
+    let loss = m.loss;
     if m.degree == 0 || m.degree > h {
         return Err(unsupported(
             file,
             format!("model.degree = {}: must be in 1..=n_heads", m.degree),
         ));
     }
-    match m.kind.as_str() {
-        "simplified" => {
+    match m.kind {
+        ModelKind::Simplified => {
             Simplified::<f64>::check_size(s, h).map_err(|r| unsupported(file, r))?;
             let c = SimplifiedConfig {
                 d_vocab: s,
@@ -184,7 +178,7 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
                 restore(Simplified::<f64>::new(&c), &read::<f64>(ckpt)?)
             }
         }
-        "full" => {
+        ModelKind::Full => {
             Full::<f64>::check_size(s, h).map_err(|r| unsupported(file, r))?;
             let c = FullConfig {
                 d_vocab: s,
@@ -204,10 +198,6 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
                 restore(Full::<f64>::new(&c), &read::<f64>(ckpt)?)
             }
         }
-        other => Err(unsupported(
-            file,
-            format!("model.kind = `{other}`: expected simplified or full"),
-        )),
     }
 }
 

@@ -372,7 +372,7 @@ fn topic_batch(set: &MlmSet) -> Batch {
 
 fn topic_configs() -> Vec<TopicMlmConfig> {
     let base = TopicMlmConfig {
-        dtype: "f64".into(),
+        dtype: mechlab::experiment::Dtype::F64,
         ..TopicMlmConfig::default()
     };
     vec![

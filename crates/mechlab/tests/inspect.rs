@@ -30,10 +30,10 @@ fn train(experiment: &str, preset: &str, overrides: &[&str], dir: &Path) -> Path
     for o in overrides {
         mechlab::config::apply_override(&mut t, o).unwrap();
     }
-    exp.validate(&t, preset).unwrap();
+    let prepared = exp.prepare(&t, preset).unwrap();
     let run = dir.join(preset);
     let mut ctx = RunCtx::create(&run, t, "test", true).unwrap();
-    let s = exp.run(&mut ctx).unwrap();
+    let s = prepared.run(&mut ctx).unwrap();
     ctx.finish(&s).unwrap();
     run
 }
