@@ -18,6 +18,7 @@ use super::sweep::{self, Row, SweepError, SweepSpec, MISSING};
 // Through `super`, so this file does not name where experiments live.
 use super::{resume, run, ExperimentError};
 use crate::run::{atomic, checkpoint, io_err, read_summary, RunError};
+use crate::train::TrainError;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -296,6 +297,13 @@ pub fn run_shard(
                 let dir = r.dir(sweep);
                 let (status, metrics) = match run_or_resume(&spec, &keys, r, &dir, command) {
                     Ok(m) => ("ok".to_string(), m),
+                    // Ctrl-C wrote a checkpoint: the run is unfinished, not failed,
+                    // and the next attempt resumes it.
+                    Err(
+                        e @ ClusterError::Experiment(ExperimentError::Train(
+                            TrainError::Interrupted { .. },
+                        )),
+                    ) => (format!("error: {e}"), BTreeMap::new()),
                     Err(e) => {
                         let failure = Failure {
                             error: e.to_string(),
