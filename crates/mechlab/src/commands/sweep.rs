@@ -3,9 +3,12 @@
 //! Runs go to `<out>/runs/p<point>-s<seed>/`; `index.csv` has one row per run (its
 //! grid values, status and every summary metric) and `summary.csv` / `summary.json`
 //! give each metric's mean, std (sample), min and max over the seeds of each grid
-//! point. `--shard i/n` runs only the runs whose index is `i` modulo `n` (`i` from
-//! 0), so a cluster job array can split a sweep; [`merge`] combines the shards'
-//! folders into the summary an unsharded sweep would have written.
+//! point, with `n` (the runs averaged) and `missing` (the point's runs without a
+//! value), and `summary.json` counts the planned, ok, failed and missing runs.
+//! `--shard i/n` runs only the runs whose index is `i` modulo `n` (`i` from 0), so
+//! a cluster job array can split a sweep; [`merge`] combines the shards' folders
+//! into the summary an unsharded sweep would have written. `--slurm` (see
+//! [`super::cluster`] and [`super::slurm`]) does that split on a Slurm cluster.
 //!
 //! ```
 //! use mechlab::commands::sweep::{parse_grid, parse_seeds, parse_shard};
