@@ -171,6 +171,11 @@ scontrol requeue "${ARRAY}_0"
 # A requeued job waits out a begin time; let it start as soon as a CPU is free.
 sleep 1
 scontrol update "JobId=${ARRAY}_0" StartTime=now 2>/dev/null || true
+# squeue shows the requeued task queued again, so its unfinished run is not failed.
+M sweep-status "$S" >"$T/status.txt"
+sed 's/^/   /' "$T/status.txt"
+grep -q "^  failed   0$" "$T/status.txt" || fail "sweep-status counts the requeued run as failed"
+grep -q "^  done     6$" "$T/status.txt" && fail "sweep-status says done before the requeued run finished"
 
 say "meanwhile: the same sweep unsharded on this machine"
 M sweep "${SWEEP[@]}" --out "$T/sweeps/local" --jobs 1 >/dev/null
