@@ -411,3 +411,43 @@ fn merge_reports_failed_and_missing_runs_with_their_logs_and_counts_them() {
         "{stdout}"
     );
 }
+
+#[test]
+fn status_uses_the_queue_to_tell_running_pending_and_failed_apart() {
+    use mechlab::commands::cluster::{status, TaskState};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut plan = vec![
+        "sweep",
+        "selection-synthetic",
+        "--seeds",
+        "0..4",
+        "--out",
+        "sw",
+        "--slurm",
+        "--dry-run",
+    ];
+    plan.extend_from_slice(SMALL);
+    ok(d, &plan);
+    let sw = d.join("sw");
+    // Runs 0 and 1 have started (they have folders), 2 and 3 have not.
+    for r in ["p0-s0", "p0-s1"] {
+        std::fs::create_dir_all(sw.join("runs").join(r)).unwrap();
+    }
+    let alone = status(&sw, None).unwrap();
+    assert_eq!(
+        (alone.done, alone.running, alone.pending, alone.failed),
+        (0, 2, 2, 0)
+    );
+    let queue = [
+        (0, TaskState::Running),
+        (1, TaskState::Pending),
+        (3, TaskState::Pending),
+    ]
+    .into_iter()
+    .collect();
+    let s = status(&sw, Some(&queue)).unwrap();
+    // Task 2 left the queue without finishing its run: that run failed.
+    assert_eq!((s.done, s.running, s.pending, s.failed), (0, 1, 2, 1));
+    assert_eq!(s.failures[0].0, "p0-s2");
+}
