@@ -57,6 +57,7 @@
 
 pub mod float;
 pub mod gradcheck;
+pub mod bert;
 pub mod hooks;
 pub mod layers;
 pub mod matmul;

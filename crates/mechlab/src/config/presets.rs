@@ -35,6 +35,7 @@ pub const PRESETS: &[Preset] = &[
     preset!("topic-attention"),
     preset!("topic-two-stage"),
     preset!("topic-wikipedia"),
+    preset!("topic-bert"),
 ];
 
 /// The preset called `name`.

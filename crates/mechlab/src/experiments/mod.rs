@@ -8,6 +8,9 @@
 pub mod induction;
 pub mod selection;
 pub mod topic;
+pub mod topic_bert;
+pub mod topic_bert_probe;
+mod topic_bert_run;
 pub mod topic_report;
 pub mod topic_wiki;
 
@@ -71,6 +74,7 @@ pub fn all() -> Vec<&'static dyn Experiment> {
         &induction::Induction,
         &selection::Selection,
         &topic::TopicExperiment,
+        &topic_bert::TopicBert,
     ]
 }
 
