@@ -5,7 +5,8 @@
 //! its network features); a folder with only a `vocab.txt` gets the standard BERT
 //! uncased pipeline around that vocabulary (clean text, lower-case, strip accents,
 //! split on whitespace and punctuation, WordPiece, `[CLS] … [SEP]`). A missing or
-//! unreadable file is an error naming it. [`Encoded::words`] gives each piece's
+//! unreadable file is an error naming it. Padding and truncation settings stored in
+//! `tokenizer.json` are switched off: [`PretrainedTokenizer::encode`] truncates. [`Encoded::words`] gives each piece's
 //! word index within the text (the pre-tokenizer's words: `rome's` is the three
 //! words `rome`, `'`, `s`), `None` for `[CLS]` and `[SEP]`.
 //!
@@ -67,6 +68,14 @@ impl PretrainedTokenizer {
         } else {
             return Err(TokenizerError::Missing { json, vocab });
         };
+        // A tokenizer.json may pad every text to a fixed length and truncate it
+        // (all-MiniLM-L6-v2's pads to 128): callers pad batches themselves and
+        // choose the length in `encode`.
+        let mut inner = inner;
+        inner.with_padding(None);
+        inner
+            .with_truncation(None)
+            .map_err(|e| bad(&file, &e))?;
         let sep = inner
             .token_to_id("[SEP]")
             .ok_or_else(|| bad(&file, &"no [SEP] token in the vocabulary"))?;

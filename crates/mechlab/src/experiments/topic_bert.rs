@@ -127,6 +127,14 @@ pub struct WikiTopics {
     pub lda_seconds: f64,
 }
 
+/// The order `topic-wikipedia` shuffles `n` articles into: the first `wiki.n_dev`
+/// are held out.
+pub fn article_order(n: usize, seed: u64) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..n).collect();
+    idx.shuffle(&mut substream(seed, Stream::Data, 20));
+    idx
+}
+
 /// Loads `w.file`, splits it as `topic-wikipedia` does and fits the same LDA.
 pub fn wiki_topics(w: &WikiConfig, seed: u64) -> Result<WikiTopics, ExperimentError> {
     let path = if Path::new(&w.file).is_absolute() {
@@ -144,8 +152,7 @@ pub fn wiki_topics(w: &WikiConfig, seed: u64) -> Result<WikiTopics, ExperimentEr
         )));
     }
     let corpus = build(&articles, w.n_words, w.min_count, w.max_len, &w.exclude_topics);
-    let mut idx: Vec<usize> = (0..corpus.docs.len()).collect();
-    idx.shuffle(&mut substream(seed, Stream::Data, 20));
+    let idx = article_order(corpus.docs.len(), seed);
     let (dev_idx, train_idx) = idx.split_at(w.n_dev);
     let t0 = std::time::Instant::now();
     let (lda_docs, dense_to_vocab) = corpus.content_docs(train_idx);
