@@ -62,7 +62,10 @@ impl PretrainedTokenizer {
             reason: one_line(e),
         };
         let (inner, file) = if json.is_file() {
-            (Tokenizer::from_file(&json).map_err(|e| bad(&json, &e))?, json)
+            (
+                Tokenizer::from_file(&json).map_err(|e| bad(&json, &e))?,
+                json,
+            )
         } else if vocab.is_file() {
             (bert_from_vocab(&vocab).map_err(|e| bad(&vocab, &e))?, vocab)
         } else {
@@ -73,9 +76,7 @@ impl PretrainedTokenizer {
         // choose the length in `encode`.
         let mut inner = inner;
         inner.with_padding(None);
-        inner
-            .with_truncation(None)
-            .map_err(|e| bad(&file, &e))?;
+        inner.with_truncation(None).map_err(|e| bad(&file, &e))?;
         let sep = inner
             .token_to_id("[SEP]")
             .ok_or_else(|| bad(&file, &"no [SEP] token in the vocabulary"))?;

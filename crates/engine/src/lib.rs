@@ -55,9 +55,9 @@
 //!   activations `[T, H, d_head]`, attention patterns `[H, Tq, Tk]`.
 //!
 
+pub mod bert;
 pub mod float;
 pub mod gradcheck;
-pub mod bert;
 pub mod hooks;
 pub mod layers;
 pub mod matmul;

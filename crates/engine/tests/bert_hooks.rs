@@ -59,7 +59,12 @@ fn file_bytes(skip: &str, reshape: &str) -> Vec<u8> {
     let t = tensors(skip, reshape);
     let views: Vec<(String, TensorView)> = t
         .iter()
-        .map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).unwrap()))
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+            )
+        })
         .collect();
     serialize(views, None).unwrap()
 }
@@ -92,17 +97,25 @@ fn hook(name: &str, ablation: Ablation) -> Hook {
 fn loader_names_the_missing_and_misshapen_tensor() {
     let cfg = BertConfig::from_json_str(CONFIG, "config.json").unwrap();
     let name = "encoder.layer.1.attention.self.key.weight";
-    let e = BertWeights::from_bytes(&file_bytes(name, ""), &cfg, "m/model.safetensors").unwrap_err();
+    let e =
+        BertWeights::from_bytes(&file_bytes(name, ""), &cfg, "m/model.safetensors").unwrap_err();
     assert!(matches!(e, BertError::MissingTensor { .. }));
-    assert_eq!(e.to_string(), format!("m/model.safetensors: missing tensor `{name}`"));
-    let e = BertWeights::from_bytes(&file_bytes("", name), &cfg, "m/model.safetensors").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("m/model.safetensors: missing tensor `{name}`")
+    );
+    let e =
+        BertWeights::from_bytes(&file_bytes("", name), &cfg, "m/model.safetensors").unwrap_err();
     assert_eq!(
         e.to_string(),
         format!("m/model.safetensors: tensor `{name}` has shape [9, 8], the config needs [8, 8]")
     );
     let bytes = file_bytes("", "");
-    let e = BertWeights::from_bytes(&bytes[..bytes.len() / 2], &cfg, "m/model.safetensors").unwrap_err();
-    assert!(e.to_string().starts_with("m/model.safetensors: not a readable safetensors file"));
+    let e = BertWeights::from_bytes(&bytes[..bytes.len() / 2], &cfg, "m/model.safetensors")
+        .unwrap_err();
+    assert!(e
+        .to_string()
+        .starts_with("m/model.safetensors: not a readable safetensors file"));
 }
 
 #[test]
@@ -137,7 +150,9 @@ fn patching_the_original_activation_is_exactly_the_identity() {
 fn interventions_change_the_output_where_they_should() {
     let mut bert = tiny();
     let b = batch();
-    let (out, cache) = bert.run_with_cache(&b, &["blocks.1.attn.hook_pattern"]).unwrap();
+    let (out, cache) = bert
+        .run_with_cache(&b, &["blocks.1.attn.hook_pattern"])
+        .unwrap();
     let differs = |o: &mechlab_engine::hooks::Tensor, rows: std::ops::Range<usize>| {
         o.data[rows.start * 8..rows.end * 8]
             .iter()
@@ -151,7 +166,10 @@ fn interventions_change_the_output_where_they_should() {
         ("hook_embed", Ablation::Mean),
     ] {
         let o = bert.run_with_hooks(&b, &[hook(name, abl.clone())]).unwrap();
-        assert!(differs(&o, 0..18), "{name} {abl:?} left the output unchanged");
+        assert!(
+            differs(&o, 0..18),
+            "{name} {abl:?} left the output unchanged"
+        );
     }
     // Zeroing head 1's pattern at query 2 of the last layer changes only position 2.
     let h = Hook {
@@ -162,22 +180,40 @@ fn interventions_change_the_output_where_they_should() {
     let o = bert.run_with_hooks(&b, &[h]).unwrap();
     for s in 0..3 {
         for p in 0..6 {
-            assert_eq!(differs(&o, s * 6 + p..s * 6 + p + 1), p == 2, "seq {s} pos {p}");
+            assert_eq!(
+                differs(&o, s * 6 + p..s * 6 + p + 1),
+                p == 2,
+                "seq {s} pos {p}"
+            );
         }
     }
     // A patch from another batch moves the output.
-    let other = Batch::new(vec![1, 9, 9, 9, 9, 2, 1, 3, 3, 3, 3, 2, 1, 5, 5, 2, 0, 0], 3, 6);
-    let (_, c2) = bert.run_with_cache(&other, &["blocks.1.attn.hook_pattern"]).unwrap();
-    let p = hook("blocks.1.attn.hook_pattern", Ablation::Patch(c2["blocks.1.attn.hook_pattern"].clone()));
+    let other = Batch::new(
+        vec![1, 9, 9, 9, 9, 2, 1, 3, 3, 3, 3, 2, 1, 5, 5, 2, 0, 0],
+        3,
+        6,
+    );
+    let (_, c2) = bert
+        .run_with_cache(&other, &["blocks.1.attn.hook_pattern"])
+        .unwrap();
+    let p = hook(
+        "blocks.1.attn.hook_pattern",
+        Ablation::Patch(c2["blocks.1.attn.hook_pattern"].clone()),
+    );
     assert!(differs(&bert.run_with_hooks(&b, &[p]).unwrap(), 0..18));
-    assert_ne!(cache["blocks.1.attn.hook_pattern"], c2["blocks.1.attn.hook_pattern"]);
+    assert_ne!(
+        cache["blocks.1.attn.hook_pattern"],
+        c2["blocks.1.attn.hook_pattern"]
+    );
 }
 
 #[test]
 fn padding_is_masked_and_never_attended() {
     let mut bert = tiny();
     let b = batch();
-    let (out, cache) = bert.run_with_cache(&b, &["blocks.0.attn.hook_pattern"]).unwrap();
+    let (out, cache) = bert
+        .run_with_cache(&b, &["blocks.0.attn.hook_pattern"])
+        .unwrap();
     let pat = &cache["blocks.0.attn.hook_pattern"];
     // Sequence 2, keys 4 and 5 are [PAD]: zero attention from every query.
     for h in 0..2 {
@@ -199,9 +235,13 @@ fn padding_is_masked_and_never_attended() {
 fn bad_requests_are_errors() {
     let mut bert = tiny();
     let b = batch();
-    let e = bert.run_with_cache(&b, &["blocks.2.attn.hook_pattern"]).unwrap_err();
+    let e = bert
+        .run_with_cache(&b, &["blocks.2.attn.hook_pattern"])
+        .unwrap_err();
     assert!(matches!(e, HookError::Unknown { .. }), "{e}");
-    assert!(e.to_string().contains("did you mean `blocks.0.attn.hook_pattern`"));
+    assert!(e
+        .to_string()
+        .contains("did you mean `blocks.0.attn.hook_pattern`"));
     let e = bert
         .run_with_hooks(&b, &[hook("blocks.0.attn.hook_q_typo", Ablation::Zero)])
         .unwrap_err();
@@ -228,12 +268,19 @@ fn bad_requests_are_errors() {
     assert!(e.to_string().contains("head 2"), "{e}");
     let bad = mechlab_engine::hooks::Tensor::zeros(vec![3, 6, 7]);
     let e = bert
-        .run_with_hooks(&b, &[hook("blocks.0.hook_resid_post", Ablation::Patch(bad))])
+        .run_with_hooks(
+            &b,
+            &[hook("blocks.0.hook_resid_post", Ablation::Patch(bad))],
+        )
         .unwrap_err();
     assert!(e.to_string().contains("patch has shape [3, 6, 7]"), "{e}");
-    let e = bert.run_with_cache(&Batch::new(vec![1, 25], 1, 2), &[]).unwrap_err();
+    let e = bert
+        .run_with_cache(&Batch::new(vec![1, 25], 1, 2), &[])
+        .unwrap_err();
     assert!(e.to_string().contains("token id 25"), "{e}");
-    let e = bert.run_with_cache(&Batch::new(vec![1; 11], 1, 11), &[]).unwrap_err();
+    let e = bert
+        .run_with_cache(&Batch::new(vec![1; 11], 1, 11), &[])
+        .unwrap_err();
     assert!(e.to_string().contains("max_position_embeddings"), "{e}");
     // Every standard name has the standard layout.
     for p in bert.hook_points() {

@@ -21,27 +21,42 @@ fn model_dir() -> Option<PathBuf> {
 
 fn f32s(st: &SafeTensors, name: &str) -> (Vec<usize>, Vec<f32>) {
     let t = st.tensor(name).unwrap();
-    let v = t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let v = t
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
     (t.shape().to_vec(), v)
 }
 
 #[test]
 fn matches_transformers_golden_activations() {
     let Some(dir) = model_dir() else { return };
-    let bytes = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bert_minilm_golden.safetensors")).unwrap();
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bert_minilm_golden.safetensors"),
+    )
+    .unwrap();
     let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
     let meta = meta.metadata().clone().unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let ids_view = st.tensor("ids").unwrap();
     let (nb, t) = (ids_view.shape()[0], ids_view.shape()[1]);
-    let ids: Vec<u32> = ids_view.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect();
+    let ids: Vec<u32> = ids_view
+        .data()
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+        .collect();
 
     // The tokenizer gives Hugging Face's ids.
     let texts: Vec<String> = serde_json::from_str(&meta["texts"]).unwrap();
     let tok = PretrainedTokenizer::from_dir(&dir).unwrap();
     for (b, text) in texts.iter().enumerate() {
         let e = tok.encode(text, 512).unwrap();
-        let want: Vec<u32> = ids[b * t..(b + 1) * t].iter().copied().filter(|&i| i != 0).collect();
+        let want: Vec<u32> = ids[b * t..(b + 1) * t]
+            .iter()
+            .copied()
+            .filter(|&i| i != 0)
+            .collect();
         assert_eq!(e.ids, want, "{text}");
     }
 
@@ -54,9 +69,15 @@ fn matches_transformers_golden_activations() {
         l => format!("blocks.{}.hook_normalized_resid_post", l - 1),
     };
     let mut names: Vec<String> = hidden_layers.iter().map(|&l| hname(l)).collect();
-    names.extend(attn_layers.iter().map(|l| format!("blocks.{l}.attn.hook_pattern")));
+    names.extend(
+        attn_layers
+            .iter()
+            .map(|l| format!("blocks.{l}.attn.hook_pattern")),
+    );
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let (out, cache) = bert.run_with_cache(&Batch::new(ids.clone(), nb, t), &refs).unwrap();
+    let (out, cache) = bert
+        .run_with_cache(&Batch::new(ids.clone(), nb, t), &refs)
+        .unwrap();
     let real = |b: usize, p: usize| ids[b * t + p] != 0;
 
     let (hs, hv) = f32s(&st, "hidden");
@@ -100,7 +121,12 @@ fn matches_transformers_golden_activations() {
 /// and `omit`.
 fn broken_copy(dir: &Path, replace: &[(&str, &[u8])], omit: &[&str]) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "vocab.txt"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "vocab.txt",
+    ] {
         if omit.contains(&f) || replace.iter().any(|(n, _)| *n == f) {
             continue;
         }
@@ -124,7 +150,10 @@ fn broken_folders_give_one_line_errors_naming_the_file() {
     let head = {
         use std::io::Read;
         let mut b = vec![0u8; 1 << 20];
-        std::fs::File::open(dir.join("model.safetensors")).unwrap().read_exact(&mut b).unwrap();
+        std::fs::File::open(dir.join("model.safetensors"))
+            .unwrap()
+            .read_exact(&mut b)
+            .unwrap();
         b
     };
     let tmp = broken_copy(&dir, &[("model.safetensors", &head)], &[]);
@@ -132,10 +161,19 @@ fn broken_folders_give_one_line_errors_naming_the_file() {
     one_line_naming(&e, "model.safetensors");
     eprintln!("{e}");
     // Garbage instead of a safetensors header.
-    let tmp = broken_copy(&dir, &[("model.safetensors", b"\xff\xff\xff\xff\xff\xff\xff\x7fjunk")], &[]);
-    one_line_naming(&Bert::load(tmp.path()).err().unwrap().to_string(), "model.safetensors");
+    let tmp = broken_copy(
+        &dir,
+        &[("model.safetensors", b"\xff\xff\xff\xff\xff\xff\xff\x7fjunk")],
+        &[],
+    );
+    one_line_naming(
+        &Bert::load(tmp.path()).err().unwrap().to_string(),
+        "model.safetensors",
+    );
     // An unsupported activation.
-    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap().replace("\"gelu\"", "\"relu\"");
+    let cfg = std::fs::read_to_string(dir.join("config.json"))
+        .unwrap()
+        .replace("\"gelu\"", "\"relu\"");
     let tmp = broken_copy(&dir, &[("config.json", cfg.as_bytes())], &[]);
     let e = Bert::load(tmp.path()).err().unwrap().to_string();
     one_line_naming(&e, "config.json");
@@ -146,16 +184,34 @@ fn broken_folders_give_one_line_errors_naming_the_file() {
     let text = "Photosynthesis converts light energy, e.g. sunlight.";
     let fallback = PretrainedTokenizer::from_dir(tmp.path()).unwrap();
     let real = PretrainedTokenizer::from_dir(&dir).unwrap();
-    assert_eq!(fallback.encode(text, 64).unwrap(), real.encode(text, 64).unwrap());
+    assert_eq!(
+        fallback.encode(text, 64).unwrap(),
+        real.encode(text, 64).unwrap()
+    );
     // ...and neither file is an error naming tokenizer.json (and vocab.txt).
     let tmp = broken_copy(&dir, &[], &["tokenizer.json", "vocab.txt"]);
-    let e = PretrainedTokenizer::from_dir(tmp.path()).err().unwrap().to_string();
+    let e = PretrainedTokenizer::from_dir(tmp.path())
+        .err()
+        .unwrap()
+        .to_string();
     one_line_naming(&e, "tokenizer.json");
     one_line_naming(&e, "vocab.txt");
     eprintln!("{e}");
     // A corrupt tokenizer.json, and an empty vocab.txt without one.
     let tmp = broken_copy(&dir, &[("tokenizer.json", b"{\"model\": 3")], &[]);
-    one_line_naming(&PretrainedTokenizer::from_dir(tmp.path()).err().unwrap().to_string(), "tokenizer.json");
+    one_line_naming(
+        &PretrainedTokenizer::from_dir(tmp.path())
+            .err()
+            .unwrap()
+            .to_string(),
+        "tokenizer.json",
+    );
     let tmp = broken_copy(&dir, &[("vocab.txt", b"")], &["tokenizer.json"]);
-    one_line_naming(&PretrainedTokenizer::from_dir(tmp.path()).err().unwrap().to_string(), "vocab.txt");
+    one_line_naming(
+        &PretrainedTokenizer::from_dir(tmp.path())
+            .err()
+            .unwrap()
+            .to_string(),
+        "vocab.txt",
+    );
 }

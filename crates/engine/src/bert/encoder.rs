@@ -317,7 +317,15 @@ impl Bert {
                 ws.mid[i] = ws.attn_out[i] + ws.resid[i];
             }
             tap(Site::ResidMid(l), &mut ws.mid);
-            layernorm::forward_f64_stats(&mut ws.mid_norm, &ws.mid, &lw.ln1_g, &lw.ln1_b, t, d, eps);
+            layernorm::forward_f64_stats(
+                &mut ws.mid_norm,
+                &ws.mid,
+                &lw.ln1_g,
+                &lw.ln1_b,
+                t,
+                d,
+                eps,
+            );
             tap(Site::NormResidMid(l), &mut ws.mid_norm);
             // pre, post: [T, d_mlp]
             linear::forward(&mut ws.pre, &ws.mid_norm, &lw.w_in, Some(&lw.b_in), t, d, m);
@@ -326,7 +334,15 @@ impl Bert {
                 *p = gelu(x);
             }
             tap(Site::MlpPost(l), &mut ws.post);
-            linear::forward(&mut ws.mlp_out, &ws.post, &lw.w_out, Some(&lw.b_out), t, m, d);
+            linear::forward(
+                &mut ws.mlp_out,
+                &ws.post,
+                &lw.w_out,
+                Some(&lw.b_out),
+                t,
+                m,
+                d,
+            );
             tap(Site::MlpOut(l), &mut ws.mlp_out);
             for i in 0..t * d {
                 ws.sum[i] = ws.mlp_out[i] + ws.mid_norm[i];
@@ -357,7 +373,8 @@ pub fn gelu(x: f32) -> f32 {
     let a = z.abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let poly = t
-        * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
     let erf = (1.0 - poly * (-a * a).exp()).copysign(z);
     0.5 * x * (1.0 + erf)
 }
@@ -398,7 +415,10 @@ mod tests {
         }
         assert!(worst < 1e-6, "worst relative error {worst:e}");
         // The tanh approximation differs by ~1e-4 near x = -2: this is not it.
-        let tanh = |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh());
+        let tanh = |x: f64| {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        };
         assert!((gelu(-2.0) as f64 - tanh(-2.0)).abs() > 1e-5);
     }
 }

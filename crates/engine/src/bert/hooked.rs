@@ -17,8 +17,7 @@
 
 use super::encoder::{Bert, Site};
 use crate::hooks::{
-    check_names, ActivationCache, Ablation, Batch, Hook, HookError, HookPoint, HookedModel,
-    Tensor,
+    check_names, Ablation, ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
 };
 use crate::parallel::{chunk_range, for_each_chunk};
 
@@ -119,7 +118,9 @@ impl Bert {
             })
             .collect();
         // Sites are visited once per layer per sequence: index the plan by site.
-        let mut plan: Vec<Vec<Action>> = (0..Site::n_sites(cfg.n_layers)).map(|_| Vec::new()).collect();
+        let mut plan: Vec<Vec<Action>> = (0..Site::n_sites(cfg.n_layers))
+            .map(|_| Vec::new())
+            .collect();
         for (s, h) in hooks {
             plan[s.index()].push(Action::Hook(h));
         }
@@ -165,7 +166,9 @@ impl Bert {
                             }
                             Action::Cache(i) => {
                                 let dst = &mut caches[*i][local * x.len()..(local + 1) * x.len()];
-                                dst.iter_mut().zip(x.iter()).for_each(|(d, &v)| *d = v as f64);
+                                dst.iter_mut()
+                                    .zip(x.iter())
+                                    .for_each(|(d, &v)| *d = v as f64);
                             }
                         }
                     }
@@ -244,11 +247,7 @@ impl HookedModel for Bert {
             .map(|n| self.site_of(n))
             .collect::<Result<Vec<_>, _>>()?;
         let (out, tensors) = self.forward_batch(batch, &[], &sites);
-        let cache = names
-            .iter()
-            .map(|n| n.to_string())
-            .zip(tensors)
-            .collect();
+        let cache = names.iter().map(|n| n.to_string()).zip(tensors).collect();
         Ok((out, cache))
     }
 

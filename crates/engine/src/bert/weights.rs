@@ -137,7 +137,10 @@ impl Reader<'_, '_> {
         if view.dtype() != Dtype::F32 {
             return Err(BertError::Weights {
                 file: self.file.to_string(),
-                reason: format!("tensor `{name}` is {:?}, only F32 is supported", view.dtype()),
+                reason: format!(
+                    "tensor `{name}` is {:?}, only F32 is supported",
+                    view.dtype()
+                ),
             });
         }
         Ok(view

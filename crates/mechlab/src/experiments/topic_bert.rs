@@ -151,7 +151,13 @@ pub fn wiki_topics(w: &WikiConfig, seed: u64) -> Result<WikiTopics, ExperimentEr
             w.n_dev
         )));
     }
-    let corpus = build(&articles, w.n_words, w.min_count, w.max_len, &w.exclude_topics);
+    let corpus = build(
+        &articles,
+        w.n_words,
+        w.min_count,
+        w.max_len,
+        &w.exclude_topics,
+    );
     let idx = article_order(corpus.docs.len(), seed);
     let (dev_idx, train_idx) = idx.split_at(w.n_dev);
     let t0 = std::time::Instant::now();
@@ -198,7 +204,10 @@ pub fn wiki_topics(w: &WikiConfig, seed: u64) -> Result<WikiTopics, ExperimentEr
 pub fn batches_by_length(lens: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..lens.len()).collect();
     order.sort_by_key(|&i| (lens[i], i));
-    order.chunks(batch_size.max(1)).map(<[usize]>::to_vec).collect()
+    order
+        .chunks(batch_size.max(1))
+        .map(<[usize]>::to_vec)
+        .collect()
 }
 
 /// The batch of `seqs` padded with `pad` to the longest.
@@ -295,7 +304,11 @@ pub(super) fn gap_figures(
     let cols: Vec<String> = (0..nh).map(|h| format!("head {h}")).collect();
     for (id, p, what) in [
         (format!("attention_gap_{tag}"), real, "topics"),
-        (format!("attention_gap_{tag}_shuffled"), control, "shuffled topics (control)"),
+        (
+            format!("attention_gap_{tag}_shuffled"),
+            control,
+            "shuffled topics (control)",
+        ),
     ] {
         ctx.figure(
             &Figure::heatmap(

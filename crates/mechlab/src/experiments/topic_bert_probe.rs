@@ -108,7 +108,9 @@ pub fn embedding_probe(
             p.samples[c as usize].push(x);
         }
     };
-    let words: Vec<usize> = (0..topic.len()).filter(|&i| topic[i] < NO_TOPIC - 1).collect();
+    let words: Vec<usize> = (0..topic.len())
+        .filter(|&i| topic[i] < NO_TOPIC - 1)
+        .collect();
     for (k, &a) in words.iter().enumerate() {
         add(&mut p, Class::SameWord, a, a);
         for &b in &words[k + 1..] {
@@ -157,7 +159,14 @@ impl AttentionProbe {
     /// (only the first `n` positions are real), `topic[i]` and `word[i]` each
     /// piece's topic and word (pieces of one word, or the same word twice, share
     /// a `word`).
-    pub fn add(&mut self, patterns: &[&[f64]], t: usize, n: usize, topic: &[usize], word: &[usize]) {
+    pub fn add(
+        &mut self,
+        patterns: &[&[f64]],
+        t: usize,
+        n: usize,
+        topic: &[usize],
+        word: &[usize],
+    ) {
         // One class matrix [n, n] for all heads.
         let mut classes: Vec<Option<Class>> = Vec::with_capacity(n * n);
         for i in 0..n {

@@ -2,7 +2,8 @@
 //! [`super::topic_bert`] for what and why).
 
 use super::topic_bert::{
-    batches_by_length, gap_figures, pad_batch, piece_topics, piece_words, wiki_topics, TopicBertConfig,
+    batches_by_length, gap_figures, pad_batch, piece_topics, piece_words, wiki_topics,
+    TopicBertConfig,
 };
 use super::topic_bert_probe::{
     embedding_probe, AttentionProbe, Class, EmbeddingProbe, EXCLUDED, NO_TOPIC,
@@ -58,7 +59,13 @@ fn vocab_topics(
 fn positive_layers(p: &AttentionProbe) -> Vec<usize> {
     let g = p.gaps();
     (0..p.n_layers)
-        .filter(|&l| 2 * g[l * p.n_heads..(l + 1) * p.n_heads].iter().filter(|&&x| x > 0.0).count() > p.n_heads)
+        .filter(|&l| {
+            2 * g[l * p.n_heads..(l + 1) * p.n_heads]
+                .iter()
+                .filter(|&&x| x > 0.0)
+                .count()
+                > p.n_heads
+        })
         .collect()
 }
 
@@ -68,7 +75,9 @@ fn mean(xs: &[f64]) -> f64 {
 
 pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, ExperimentError> {
     if !cfg.wiki.enabled {
-        return Err(data_err("wiki.enabled = false: topic-bert probes Wikipedia text, keep it true"));
+        return Err(data_err(
+            "wiki.enabled = false: topic-bert probes Wikipedia text, keep it true",
+        ));
     }
     let seed = ctx.seed();
     let dir = Path::new(&cfg.model.path);
@@ -122,7 +131,9 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
         .map_err(data_err)?;
     let words: Vec<_> = docs.iter().map(|e| piece_words(e, &index)).collect();
     let mut att: Vec<AttentionProbe> = (0..4).map(|_| AttentionProbe::new(nl, nh)).collect();
-    let names: Vec<String> = (0..nl).map(|l| format!("blocks.{l}.attn.hook_pattern")).collect();
+    let names: Vec<String> = (0..nl)
+        .map(|l| format!("blocks.{l}.attn.hook_pattern"))
+        .collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let lens: Vec<usize> = docs.iter().map(|e| e.ids.len()).collect();
     let (mut fwd_secs, mut n_tokens) = (0.0, 0usize);
@@ -136,7 +147,10 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
         let per = nh * t * t;
         for (b, &i) in idx.iter().enumerate() {
             n_tokens += lens[i];
-            let pats: Vec<&[f64]> = names.iter().map(|n| &cache[n].data[b * per..(b + 1) * per]).collect();
+            let pats: Vec<&[f64]> = names
+                .iter()
+                .map(|n| &cache[n].data[b * per..(b + 1) * per])
+                .collect();
             let (key, voc) = &words[i];
             for (p, (_, topics)) in att.iter_mut().zip(&sources) {
                 p.add(&pats, t, lens[i], &piece_topics(voc, topics), key);
@@ -150,7 +164,10 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
     for (k, x) in [
         ("docs", docs.len() as f64),
         ("tokens", n_tokens as f64),
-        ("forward_tokens_per_second", n_tokens as f64 / fwd_secs.max(1e-9)),
+        (
+            "forward_tokens_per_second",
+            n_tokens as f64 / fwd_secs.max(1e-9),
+        ),
         ("load_seconds", load_secs),
         ("lda_seconds", wt.lda_seconds),
     ] {
@@ -161,9 +178,16 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
         ("lda", (&emb[0], &emb[1], &att[0], &att[1])),
         ("gold", (&emb[2], &emb[3], &att[2], &att[3])),
     ] {
-        for (c, name) in [(Class::SameTopic, "same"), (Class::DifferentTopic, "different"), (Class::NoTopic, "none")] {
+        for (c, name) in [
+            (Class::SameTopic, "same"),
+            (Class::DifferentTopic, "different"),
+            (Class::NoTopic, "none"),
+        ] {
             s.metric(&format!("{src}_embedding_dot_{name}"), e.dot.mean(c));
-            s.metric(&format!("{src}_embedding_pairs_{name}"), e.dot.count[c as usize] as f64);
+            s.metric(
+                &format!("{src}_embedding_pairs_{name}"),
+                e.dot.count[c as usize] as f64,
+            );
         }
         for (m, x) in [
             ("embedding_dot_gap", e.dot.gap()),
@@ -191,8 +215,14 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
         s.metric(&format!("{src}_attention_gap_mean"), mg);
         s.metric(&format!("{src}_attention_gap_control_mean"), mc);
         let counts = a.counts();
-        s.metric(&format!("{src}_attention_pairs_same"), counts[Class::SameTopic as usize] as f64);
-        s.metric(&format!("{src}_attention_pairs_different"), counts[Class::DifferentTopic as usize] as f64);
+        s.metric(
+            &format!("{src}_attention_pairs_same"),
+            counts[Class::SameTopic as usize] as f64,
+        );
+        s.metric(
+            &format!("{src}_attention_pairs_different"),
+            counts[Class::DifferentTopic as usize] as f64,
+        );
         let (eg, egc) = (e.dot.gap(), ec.dot.gap());
         s.verdict(
             &format!("{src} topics: same-topic words have larger embedding inner products than different-topic words"),
@@ -249,7 +279,9 @@ fn sentence_figures(
     lda: &AttentionProbe,
 ) -> Result<(), ExperimentError> {
     let g = lda.gaps();
-    let best = (0..g.len()).max_by(|&a, &b| g[a].total_cmp(&g[b])).unwrap_or(0);
+    let best = (0..g.len())
+        .max_by(|&a, &b| g[a].total_cmp(&g[b]))
+        .unwrap_or(0);
     let (layer, head) = (best / lda.n_heads, best % lda.n_heads);
     let name = format!("blocks.{layer}.attn.hook_pattern");
     let mut drawn = 0;
@@ -258,11 +290,16 @@ fn sentence_figures(
             break;
         }
         let first = wt.texts[i].split(". ").next().unwrap_or("");
-        let e = tok.encode(first, cfg.probe.sentence_len).map_err(data_err)?;
+        let e = tok
+            .encode(first, cfg.probe.sentence_len)
+            .map_err(data_err)?;
         let (_, voc) = piece_words(&e, index);
         let topic: Vec<Option<usize>> = voc
             .iter()
-            .map(|v| v.filter(|&id| id != usize::MAX && wt.lda[id] != usize::MAX).map(|id| wt.lda[id]))
+            .map(|v| {
+                v.filter(|&id| id != usize::MAX && wt.lda[id] != usize::MAX)
+                    .map(|id| wt.lda[id])
+            })
             .collect();
         if topic.iter().flatten().count() < 3 {
             continue;
