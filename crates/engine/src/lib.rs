@@ -37,6 +37,9 @@
 //! [`parallel`] (fixed-chunk rayon helpers whose results do not depend on the thread
 //! count).
 //!
+//! [`bert`] is inference only: a pretrained BERT-family encoder loaded from a Hugging
+//! Face folder, built from these layers, its activations behind [`hooks`].
+//!
 //! # Conventions
 //!
 //! * Every layer works on **one sequence**; models parallelise over the batch with

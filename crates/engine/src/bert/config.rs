@@ -115,7 +115,7 @@ impl BertConfig {
                     .ok_or_else(|| bad("pad_token_id", format!("{x} is not a token id")))?,
             },
         };
-        if cfg.d_model % cfg.n_heads != 0 {
+        if !cfg.d_model.is_multiple_of(cfg.n_heads) {
             return Err(bad(
                 "num_attention_heads",
                 format!(
