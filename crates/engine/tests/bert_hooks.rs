@@ -142,8 +142,11 @@ fn patching_the_original_activation_is_exactly_the_identity() {
     let (o1, _) = bert.run_with_cache(&one, &[]).unwrap();
     let m = hook("blocks.0.attn.hook_pattern", Ablation::Mean);
     assert_eq!(bert.run_with_hooks(&one, &[m]).unwrap(), o1);
-    // A sequence's result does not depend on its batch.
-    assert_eq!(&out.data[..6 * 8], &o1.data[..]);
+    // A sequence's result does not depend on its batch, up to f32 rounding (a
+    // chunk's sequences share stacked products with more rows).
+    for (a, b) in out.data[..6 * 8].iter().zip(&o1.data) {
+        assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+    }
 }
 
 #[test]

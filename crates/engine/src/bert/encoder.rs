@@ -3,12 +3,14 @@
 //!
 //! A batch is split into a fixed number of contiguous chunks
 //! ([`crate::parallel::for_each_chunk`]); each chunk owns a [`Workspace`] whose
-//! buffers are sized once for the batch's `seq_len`, so nothing is allocated per
-//! layer. At every [`Site`] the forward hands the sequence's activation to a tap,
+//! buffers are sized once for its sequences, so nothing is allocated per layer.
+//! A chunk's sequences are stacked `[n·T, D]` for the row-wise layers (one `gemm`
+//! per weight matrix, packed once) and split for attention. At every [`Site`] the forward hands the sequence's activation to a tap,
 //! which may read it (the activation cache) or overwrite it (interventions); when
 //! a tap changes an attention pattern, `z` is recomputed from the changed pattern.
-//! Sequences do not interact, so results do not depend on the chunking or the
-//! thread count.
+//! Sequences do not interact; chunks hold a fixed number of sequences, so results
+//! do not depend on the thread count (a sequence run in another batch may differ
+//! by `f32` rounding, its rows sharing products of another height).
 //!
 //! ```
 //! use mechlab_engine::bert::Site;
@@ -162,6 +164,7 @@ impl Site {
 /// row-major, TransformerLens layouts per sequence).
 #[derive(Clone, Debug, Default)]
 pub struct Workspace {
+    n: usize,
     t: usize,
     ids: Vec<usize>,
     positions: Vec<usize>,
@@ -192,15 +195,18 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Sizes every buffer for `t` positions (allocates only when `t` changes).
-    fn ensure(&mut self, cfg: &BertConfig, t: usize) {
-        if self.t == t {
+    /// Sizes every buffer for `n` sequences of `t` positions (allocates only when
+    /// they change).
+    fn ensure(&mut self, cfg: &BertConfig, n: usize, t: usize) {
+        if (self.n, self.t) == (n, t) {
             return;
         }
         let (d, h, m) = (cfg.d_model, cfg.n_heads, cfg.d_mlp);
-        self.t = t;
+        (self.n, self.t) = (n, t);
+        let t1 = t;
+        let t = n * t1;
         self.ids = vec![0; t];
-        self.positions = (0..t).collect();
+        self.positions = (0..t).map(|i| i % t1).collect();
         self.types = vec![0; t];
         self.key_mask = vec![true; t];
         for b in [
@@ -220,12 +226,12 @@ impl Workspace {
         ] {
             *b = vec![0.0; t * d];
         }
-        self.pattern = vec![0.0; h * t * t];
+        self.pattern = vec![0.0; n * h * t1 * t1];
         self.pre = vec![0.0; t * m];
         self.post = vec![0.0; t * m];
     }
 
-    /// The final hidden state `[T, D]` after [`Bert::forward_seq`].
+    /// The final hidden state `[n·T, D]` after [`Bert::forward_chunk`].
     pub fn output(&self) -> &[f32] {
         &self.resid
     }
@@ -238,9 +244,9 @@ pub struct Bert {
     pub(super) workspaces: Vec<Workspace>,
 }
 
-/// A tap sees each site's activation of one sequence and returns whether it
-/// changed it.
-pub type Tap<'a> = dyn FnMut(Site, &mut [f32]) -> bool + 'a;
+/// A tap sees each site's activation of one sequence (its index in the chunk)
+/// and returns whether it changed it.
+pub type Tap<'a> = dyn FnMut(Site, usize, &mut [f32]) -> bool + 'a;
 
 impl Bert {
     /// Reads `dir/config.json` and `dir/model.safetensors`.
@@ -258,14 +264,18 @@ impl Bert {
         }
     }
 
-    /// One sequence's forward pass into `ws` (its output in [`Workspace::output`]),
-    /// calling `tap` at every site in forward order. `tokens` are already checked
-    /// against the vocabulary and the context length.
-    pub fn forward_seq(&self, ws: &mut Workspace, tokens: &[u32], tap: &mut Tap<'_>) {
+    /// The forward pass of `n` sequences of `t` tokens stacked in `tokens`
+    /// (`[n, T]`) into `ws` (the output in [`Workspace::output`], `[n·T, D]`),
+    /// calling `tap(site, sequence, activation)` at every site in forward order.
+    /// Row-wise layers (linear maps, layer norms, GELU) run on all `n·T` rows at
+    /// once, so each weight matrix is packed once per chunk; attention runs per
+    /// sequence. `tokens` are already checked against the vocabulary and the
+    /// context length.
+    pub fn forward_chunk(&self, ws: &mut Workspace, tokens: &[u32], n: usize, tap: &mut Tap<'_>) {
         let cfg = &self.config;
         let w = &self.weights;
-        let t = tokens.len();
-        ws.ensure(cfg, t);
+        let t = tokens.len() / n.max(1);
+        ws.ensure(cfg, n, t);
         let (d, h, dh, m, eps) = (
             cfg.d_model,
             cfg.n_heads,
@@ -273,93 +283,119 @@ impl Bert {
             cfg.d_mlp,
             cfg.layer_norm_eps,
         );
+        let r = n * t;
         for (i, &tok) in tokens.iter().enumerate() {
             ws.ids[i] = tok as usize;
             ws.key_mask[i] = tok != cfg.pad_token_id;
         }
-        // embed, pos_embed, type_embed: [T, D]
+        // One tap per sequence on its rows of a stacked [n·T, ·] buffer.
+        let mut each = |site: Site, buf: &mut [f32]| -> Vec<bool> {
+            let per = buf.len() / n.max(1);
+            buf.chunks_mut(per.max(1))
+                .enumerate()
+                .map(|(s, x)| tap(site, s, x))
+                .collect()
+        };
+        // embed, pos_embed, type_embed: [n·T, D]
         embedding::forward(&mut ws.embed, &ws.ids, &w.word, d);
-        tap(Site::Embed, &mut ws.embed);
+        each(Site::Embed, &mut ws.embed);
         embedding::forward(&mut ws.pos_embed, &ws.positions, &w.pos, d);
-        tap(Site::PosEmbed, &mut ws.pos_embed);
+        each(Site::PosEmbed, &mut ws.pos_embed);
         embedding::forward(&mut ws.type_embed, &ws.types, &w.token_type, d);
-        tap(Site::TokenTypeEmbed, &mut ws.type_embed);
+        each(Site::TokenTypeEmbed, &mut ws.type_embed);
         // Hugging Face adds (word + type) + position; f32 sums follow that order.
-        for i in 0..t * d {
+        for i in 0..r * d {
             ws.sum[i] = (ws.embed[i] + ws.type_embed[i]) + ws.pos_embed[i];
         }
-        layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &w.emb_ln_g, &w.emb_ln_b, t, d, eps);
-        tap(Site::FullEmbed, &mut ws.resid);
+        layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &w.emb_ln_g, &w.emb_ln_b, r, d, eps);
+        each(Site::FullEmbed, &mut ws.resid);
         let attn = Attention::new(h, t, t, dh, dh);
+        let (td, htt) = (t * d, h * t * t);
         for (l, lw) in w.layers.iter().enumerate() {
-            tap(Site::ResidPre(l), &mut ws.resid);
-            // q, k, v: [T, D] = [T, H, d_head]
-            linear::forward(&mut ws.q, &ws.resid, &lw.wq, Some(&lw.bq), t, d, d);
-            tap(Site::Q(l), &mut ws.q);
-            linear::forward(&mut ws.k, &ws.resid, &lw.wk, Some(&lw.bk), t, d, d);
-            tap(Site::K(l), &mut ws.k);
-            linear::forward(&mut ws.v, &ws.resid, &lw.wv, Some(&lw.bv), t, d, d);
-            tap(Site::V(l), &mut ws.v);
-            // pattern: [H, T, T], z: [T, H, d_head]
-            let extras = AttnExtras {
-                key_mask: Some(&ws.key_mask[..]),
-                ..AttnExtras::default()
-            };
-            attn.forward(&mut ws.z, &mut ws.pattern, &ws.q, &ws.k, &ws.v, &extras);
-            if tap(Site::Pattern(l), &mut ws.pattern) {
-                pattern_times_values(&mut ws.z, &ws.pattern, &ws.v, h, t, dh);
+            each(Site::ResidPre(l), &mut ws.resid);
+            // q, k, v: [n·T, D] = [n, T, H, d_head]
+            linear::forward(&mut ws.q, &ws.resid, &lw.wq, Some(&lw.bq), r, d, d);
+            each(Site::Q(l), &mut ws.q);
+            linear::forward(&mut ws.k, &ws.resid, &lw.wk, Some(&lw.bk), r, d, d);
+            each(Site::K(l), &mut ws.k);
+            linear::forward(&mut ws.v, &ws.resid, &lw.wv, Some(&lw.bv), r, d, d);
+            each(Site::V(l), &mut ws.v);
+            // per sequence: pattern [H, T, T], z [T, H, d_head]
+            for s in 0..n {
+                let extras = AttnExtras {
+                    key_mask: Some(&ws.key_mask[s * t..(s + 1) * t]),
+                    ..AttnExtras::default()
+                };
+                let rows = s * td..(s + 1) * td;
+                attn.forward(
+                    &mut ws.z[rows.clone()],
+                    &mut ws.pattern[s * htt..(s + 1) * htt],
+                    &ws.q[rows.clone()],
+                    &ws.k[rows.clone()],
+                    &ws.v[rows],
+                    &extras,
+                );
             }
-            tap(Site::Z(l), &mut ws.z);
-            // attn_out: [T, D]
-            linear::forward(&mut ws.attn_out, &ws.z, &lw.wo, Some(&lw.bo), t, d, d);
-            tap(Site::AttnOut(l), &mut ws.attn_out);
-            for i in 0..t * d {
+            let changed = each(Site::Pattern(l), &mut ws.pattern);
+            for (s, _) in changed.iter().enumerate().filter(|(_, c)| **c) {
+                let rows = s * td..(s + 1) * td;
+                pattern_times_values(
+                    &mut ws.z[rows.clone()],
+                    &ws.pattern[s * htt..(s + 1) * htt],
+                    &ws.v[rows],
+                    h,
+                    t,
+                    dh,
+                );
+            }
+            each(Site::Z(l), &mut ws.z);
+            // attn_out: [n·T, D]
+            linear::forward(&mut ws.attn_out, &ws.z, &lw.wo, Some(&lw.bo), r, d, d);
+            each(Site::AttnOut(l), &mut ws.attn_out);
+            for i in 0..r * d {
                 ws.mid[i] = ws.attn_out[i] + ws.resid[i];
             }
-            tap(Site::ResidMid(l), &mut ws.mid);
+            each(Site::ResidMid(l), &mut ws.mid);
             layernorm::forward_f64_stats(
                 &mut ws.mid_norm,
                 &ws.mid,
                 &lw.ln1_g,
                 &lw.ln1_b,
-                t,
+                r,
                 d,
                 eps,
             );
-            tap(Site::NormResidMid(l), &mut ws.mid_norm);
-            // pre, post: [T, d_mlp]
-            linear::forward(&mut ws.pre, &ws.mid_norm, &lw.w_in, Some(&lw.b_in), t, d, m);
-            tap(Site::MlpPre(l), &mut ws.pre);
+            each(Site::NormResidMid(l), &mut ws.mid_norm);
+            // pre, post: [n·T, d_mlp]
+            linear::forward(&mut ws.pre, &ws.mid_norm, &lw.w_in, Some(&lw.b_in), r, d, m);
+            each(Site::MlpPre(l), &mut ws.pre);
             for (p, &x) in ws.post.iter_mut().zip(&ws.pre) {
                 *p = gelu(x);
             }
-            tap(Site::MlpPost(l), &mut ws.post);
+            each(Site::MlpPost(l), &mut ws.post);
             linear::forward(
                 &mut ws.mlp_out,
                 &ws.post,
                 &lw.w_out,
                 Some(&lw.b_out),
-                t,
+                r,
                 m,
                 d,
             );
-            tap(Site::MlpOut(l), &mut ws.mlp_out);
-            for i in 0..t * d {
+            each(Site::MlpOut(l), &mut ws.mlp_out);
+            for i in 0..r * d {
                 ws.sum[i] = ws.mlp_out[i] + ws.mid_norm[i];
             }
-            tap(Site::ResidPost(l), &mut ws.sum);
-            layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &lw.ln2_g, &lw.ln2_b, t, d, eps);
-            tap(Site::NormResidPost(l), &mut ws.resid);
+            each(Site::ResidPost(l), &mut ws.sum);
+            layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &lw.ln2_g, &lw.ln2_b, r, d, eps);
+            each(Site::NormResidPost(l), &mut ws.resid);
         }
     }
 
-    /// Makes `n` workspaces, each sized for `t` positions.
-    pub(super) fn workspaces_for(&mut self, n: usize, t: usize) -> Vec<Workspace> {
+    /// Takes `n` workspaces (sized by [`Bert::forward_chunk`] on first use).
+    pub(super) fn workspaces_for(&mut self, n: usize) -> Vec<Workspace> {
         let mut ws = std::mem::take(&mut self.workspaces);
         ws.resize_with(n.max(1), Workspace::default);
-        for w in &mut ws {
-            w.ensure(&self.config, t);
-        }
         ws
     }
 }

@@ -21,6 +21,10 @@ use crate::hooks::{
 };
 use crate::parallel::{chunk_range, for_each_chunk};
 
+/// Sequences stacked into one chunk's products: enough rows (8 × T) to amortise
+/// packing each weight matrix, few enough that a batch of 16 feeds two threads.
+const CHUNK_SEQS: usize = 8;
+
 /// What happens at one site for one forward pass.
 enum Action<'h> {
     Hook(&'h Hook),
@@ -127,8 +131,10 @@ impl Bert {
         for (i, s) in cache.iter().enumerate() {
             plan[s.index()].push(Action::Cache(i));
         }
-        let n_chunks = nb.min(rayon::current_num_threads().max(1)).max(1);
-        let workspaces = self.workspaces_for(n_chunks, t);
+        // Chunks of at most CHUNK_SEQS sequences, whatever the thread count, so the
+        // stacked products (and their rounding) do not depend on the machine.
+        let n_chunks = nb.div_ceil(CHUNK_SEQS).max(1);
+        let workspaces = self.workspaces_for(n_chunks);
         // Split every output into the chunks' contiguous rows.
         let mut out_rest: &mut [f64] = &mut out.data;
         let mut cache_rest: Vec<&mut [f64]> = caches.iter_mut().map(|c| &mut c.data[..]).collect();
@@ -151,35 +157,36 @@ impl Bert {
             });
         }
         let this = &*self;
-        for_each_chunk(nb, &mut jobs, |c, items, job| {
-            let first = chunk_range(nb, n_chunks, c).start;
-            for b in items {
-                let local = b - first;
-                let caches = &mut job.caches;
-                let mut tap = |site: Site, x: &mut [f32]| -> bool {
-                    let mut changed = false;
-                    for a in &plan[site.index()] {
-                        match a {
-                            Action::Hook(h) => {
-                                apply(h, site, x, b, &this.config, t);
-                                changed = true;
-                            }
-                            Action::Cache(i) => {
-                                let dst = &mut caches[*i][local * x.len()..(local + 1) * x.len()];
-                                dst.iter_mut()
-                                    .zip(x.iter())
-                                    .for_each(|(d, &v)| *d = v as f64);
-                            }
+        for_each_chunk(nb, &mut jobs, |_, items, job| {
+            let (first, n) = (items.start, items.len());
+            if n == 0 {
+                return;
+            }
+            let caches = &mut job.caches;
+            let mut tap = |site: Site, s: usize, x: &mut [f32]| -> bool {
+                let mut changed = false;
+                for a in &plan[site.index()] {
+                    match a {
+                        Action::Hook(h) => {
+                            apply(h, site, x, first + s, &this.config, t);
+                            changed = true;
+                        }
+                        Action::Cache(i) => {
+                            let dst = &mut caches[*i][s * x.len()..(s + 1) * x.len()];
+                            dst.iter_mut()
+                                .zip(x.iter())
+                                .for_each(|(d, &v)| *d = v as f64);
                         }
                     }
-                    changed
-                };
-                this.forward_seq(&mut job.ws, batch.seq(b), &mut tap);
-                let o = &mut job.out[local * t * cfg.d_model..(local + 1) * t * cfg.d_model];
-                o.iter_mut()
-                    .zip(job.ws.output())
-                    .for_each(|(d, &v)| *d = v as f64);
-            }
+                }
+                changed
+            };
+            let tokens = &batch.tokens[first * t..(first + n) * t];
+            this.forward_chunk(&mut job.ws, tokens, n, &mut tap);
+            job.out
+                .iter_mut()
+                .zip(job.ws.output())
+                .for_each(|(d, &v)| *d = v as f64);
         });
         self.workspaces = jobs.into_iter().map(|j| j.ws).collect();
         (out, caches)
