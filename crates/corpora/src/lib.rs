@@ -32,3 +32,4 @@ pub use vocab::{Vocab, PAD, UNK};
 pub mod article;
 pub mod lda;
 pub mod wikipedia;
+pub mod wordpiece;

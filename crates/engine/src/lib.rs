@@ -41,6 +41,9 @@
 //! kernel for speed that a test there checks against a chain of these layers (loss
 //! and every gradient to 1e-10): `tests/{induction,selection,topic}_reference.rs`.
 //!
+//! [`bert`] is inference only: a pretrained BERT-family encoder loaded from a Hugging
+//! Face folder, built from these layers, its activations behind [`hooks`].
+//!
 //! # Conventions
 //!
 //! * Every layer works on **one sequence**; models parallelise over the batch with
@@ -59,6 +62,7 @@
 //!   activations `[T, H, d_head]`, attention patterns `[H, Tq, Tk]`.
 //!
 
+pub mod bert;
 pub mod float;
 pub mod gradcheck;
 pub mod hooks;

@@ -442,6 +442,7 @@ mod tests {
             "{html}"
         );
         assert!(!html.contains("javascript:"), "{html}");
+        assert!(html.contains("href=\"https://e.org\""), "{html}");
     }
 
     #[test]

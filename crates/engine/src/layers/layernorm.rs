@@ -59,6 +59,43 @@ pub fn forward<T: Float>(
     }
 }
 
+/// Inference forward: like [`forward`] without saved statistics, with the mean
+/// and variance accumulated in `f64` (pretrained encoders with `eps = 1e-12`
+/// normalise rows whose `f32` sums would lose digits).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_f64_stats<T: Float>(
+    y: &mut [T],
+    x: &[T],
+    gamma: &[T],
+    beta: &[T],
+    n: usize,
+    d: usize,
+    eps: f64,
+) {
+    // x: [N, D], gamma/beta: [D] -> y: [N, D]
+    assert_eq!(x.len(), n * d, "layernorm: x is not [N, D]");
+    assert_eq!(y.len(), n * d, "layernorm: y is not [N, D]");
+    assert_eq!(
+        (gamma.len(), beta.len()),
+        (d, d),
+        "layernorm: gamma/beta are not [D]"
+    );
+    let inv_d = 1.0 / d.max(1) as f64;
+    for r in 0..n {
+        let (xr, yr) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d]);
+        let mu = xr.iter().map(|v| v.as_f64()).sum::<f64>() * inv_d;
+        let var = xr
+            .iter()
+            .map(|v| (v.as_f64() - mu) * (v.as_f64() - mu))
+            .sum::<f64>()
+            * inv_d;
+        let s = 1.0 / (var + eps).sqrt();
+        for (((yi, &xi), &g), &b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
+            *yi = T::of((xi.as_f64() - mu) * s * g.as_f64() + b.as_f64());
+        }
+    }
+}
+
 /// Accumulates `dx`, and `dgamma`, `dbeta` where given, from `dy`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: Float>(

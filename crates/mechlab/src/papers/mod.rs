@@ -8,6 +8,7 @@
 pub mod induction;
 pub mod selection;
 pub mod topic;
+pub mod topic_bert;
 
 use crate::experiment::Experiment;
 

@@ -1,0 +1,144 @@
+//! Writes mechlab's BERT activations on Wikipedia first sentences, and times its
+//! forward pass on the `topic-bert` preset's text, for `bench/bert/compare.py`,
+//! which runs `transformers.BertModel` on the same token ids and compares.
+//!
+//! `RAYON_NUM_THREADS=2 cargo run --release --example bench_bert -- OUT_DIR [MODEL_DIR] [N_SENTENCES] [N_DOCS]`
+
+use mechlab::papers::topic::WikiConfig;
+use mechlab::papers::topic_bert::{article_order, batches_by_length, pad_batch, BertModelConfig};
+use mechlab_corpora::wordpiece::PretrainedTokenizer;
+use mechlab_engine::bert::Bert;
+use mechlab_engine::hooks::HookedModel;
+use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let out = PathBuf::from(args.get(1).ok_or_else(|| {
+        anyhow::anyhow!("usage: bench_bert OUT_DIR [MODEL_DIR] [N_SENTENCES] [N_DOCS]")
+    })?);
+    let model_cfg = BertModelConfig::default();
+    let model = args.get(2).cloned().unwrap_or(model_cfg.path.clone());
+    let n_sent: usize = args.get(3).map_or(Ok(300), |s| s.parse())?;
+    let n_docs: usize = args.get(4).map_or(Ok(300), |s| s.parse())?;
+    std::fs::create_dir_all(&out)?;
+    let dir = Path::new(&model);
+    let mut bert = Bert::load(dir)?;
+    let tok = PretrainedTokenizer::from_dir(dir)?;
+    let wiki = WikiConfig::default();
+    let articles = mechlab_corpora::wikipedia::load_articles(
+        &mechlab_corpora::wikipedia::data_root().join(&wiki.file),
+    )?;
+    let dev: Vec<usize> = article_order(articles.len(), 0)[..wiki.n_dev].to_vec();
+    let (nl, pad) = (bert.config.n_layers, bert.config.pad_token_id);
+
+    // --- activations on first sentences ---
+    let texts: Vec<String> = dev
+        .iter()
+        .take(n_sent)
+        .map(|&i| {
+            articles[i]
+                .text
+                .split(". ")
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    let enc = texts
+        .iter()
+        .map(|t| tok.encode(t, 64))
+        .collect::<Result<Vec<_>, _>>()?;
+    let lens: Vec<usize> = enc.iter().map(|e| e.ids.len()).collect();
+    let batches = batches_by_length(&lens, 32);
+    let mut names: Vec<String> = vec!["hook_full_embed".into()];
+    names.extend((0..nl).map(|l| format!("blocks.{l}.hook_normalized_resid_post")));
+    names.extend((0..nl).map(|l| format!("blocks.{l}.attn.hook_pattern")));
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut tensors: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+    for (k, idx) in batches.iter().enumerate() {
+        let seqs: Vec<&[u32]> = idx.iter().map(|&i| &enc[i].ids[..]).collect();
+        let batch = pad_batch(&seqs, pad);
+        let (_, cache) = bert.run_with_cache(&batch, &refs)?;
+        let ids: Vec<u8> = batch
+            .tokens
+            .iter()
+            .flat_map(|&t| (t as i64).to_le_bytes())
+            .collect();
+        tensors.push((format!("b{k}.ids"), ids, vec![batch.batch, batch.seq_len]));
+        for (j, n) in names.iter().enumerate() {
+            let t = &cache[n];
+            let bytes: Vec<u8> = t
+                .data
+                .iter()
+                .flat_map(|&v| (v as f32).to_le_bytes())
+                .collect();
+            let key = if j <= nl {
+                format!("b{k}.hidden{j}")
+            } else {
+                format!("b{k}.attn{}", j - nl - 1)
+            };
+            tensors.push((key, bytes, t.shape.clone()));
+        }
+    }
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, b, s)| {
+            let dt = if n.ends_with(".ids") {
+                Dtype::I64
+            } else {
+                Dtype::F32
+            };
+            (
+                n.clone(),
+                TensorView::new(dt, s.clone(), b).expect("sizes match"),
+            )
+        })
+        .collect();
+    serialize_to_file(views, None, &out.join("activations.safetensors"))?;
+
+    // --- speed on the preset's text ---
+    let docs = dev
+        .iter()
+        .take(n_docs)
+        .map(|&i| tok.encode(&articles[i].text, model_cfg.max_len))
+        .collect::<Result<Vec<_>, _>>()?;
+    let dl: Vec<usize> = docs.iter().map(|e| e.ids.len()).collect();
+    let speed: Vec<_> = batches_by_length(&dl, model_cfg.batch_size)
+        .iter()
+        .map(|idx| {
+            pad_batch(
+                &idx.iter().map(|&i| &docs[i].ids[..]).collect::<Vec<_>>(),
+                pad,
+            )
+        })
+        .collect();
+    let tokens: usize = dl.iter().sum();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        for b in &speed {
+            bert.run_with_cache(b, &[])?;
+        }
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    let meta = serde_json::json!({
+        "model": model,
+        "texts": texts,
+        "n_layers": nl,
+        "n_batches": batches.len(),
+        "speed_batches": speed.iter().map(|b| serde_json::json!({"ids": b.tokens, "batch": b.batch, "seq_len": b.seq_len})).collect::<Vec<_>>(),
+        "speed_tokens": tokens,
+        "mechlab_seconds": best,
+        "mechlab_tokens_per_second": tokens as f64 / best,
+        "threads": rayon::current_num_threads(),
+    });
+    std::fs::write(out.join("meta.json"), serde_json::to_string(&meta)?)?;
+    println!(
+        "mechlab: {tokens} tokens in {best:.3} s ({:.0} tokens/s, {} threads)",
+        tokens as f64 / best,
+        rayon::current_num_threads()
+    );
+    Ok(())
+}

@@ -1,0 +1,335 @@
+//! The `topic-bert` run: load, fit topics, probe, judge, draw (see
+//! [`super`] for what and why).
+
+use super::probes::{embedding_probe, AttentionProbe, Class, EmbeddingProbe, EXCLUDED, NO_TOPIC};
+use super::{
+    batches_by_length, gap_figures, pad_batch, piece_topics, piece_words, wiki_topics,
+    TopicBertConfig,
+};
+use crate::experiment::ExperimentError;
+use crate::papers::topic::data::N_SPECIAL;
+use crate::papers::topic::probes::shuffled_topics;
+use crate::papers::topic::wiki_data::STOP_WORDS;
+use crate::rng::{substream, Stream};
+use crate::run::summary::Summary;
+use crate::run::RunCtx;
+use mechlab_corpora::wordpiece::PretrainedTokenizer;
+use mechlab_engine::bert::Bert;
+use mechlab_engine::hooks::HookedModel;
+use mechlab_report::Figure;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+fn data_err(e: impl std::fmt::Display) -> ExperimentError {
+    ExperimentError::Data(e.to_string())
+}
+
+/// Topic per model vocabulary id for the embedding probe: whole-word tokens take
+/// their word's topic; `[..]` specials, stop words and punctuation are excluded;
+/// `##` continuations and words outside the corpus vocabulary have none.
+fn vocab_topics(
+    tok: &PretrainedTokenizer,
+    n: usize,
+    index: &HashMap<&str, usize>,
+    topics: &[usize],
+) -> Vec<usize> {
+    (0..n as u32)
+        .map(|id| {
+            let t = tok.id_to_token(id).unwrap_or_default();
+            if t.is_empty()
+                || t.starts_with('[')
+                || !t.chars().any(char::is_alphanumeric)
+                || STOP_WORDS.contains(&t.as_str())
+            {
+                EXCLUDED
+            } else {
+                match index.get(t.as_str()) {
+                    Some(&v) if !t.starts_with("##") && topics[v] != usize::MAX => topics[v],
+                    _ => NO_TOPIC,
+                }
+            }
+        })
+        .collect()
+}
+
+/// The layers whose heads mostly show a positive gap.
+fn positive_layers(p: &AttentionProbe) -> Vec<usize> {
+    let g = p.gaps();
+    (0..p.n_layers)
+        .filter(|&l| {
+            2 * g[l * p.n_heads..(l + 1) * p.n_heads]
+                .iter()
+                .filter(|&&x| x > 0.0)
+                .count()
+                > p.n_heads
+        })
+        .collect()
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, ExperimentError> {
+    if !cfg.wiki.enabled {
+        return Err(data_err(
+            "wiki.enabled = false: topic-bert probes Wikipedia text, keep it true",
+        ));
+    }
+    let seed = ctx.seed();
+    let dir = Path::new(&cfg.model.path);
+    let t_load = Instant::now();
+    let mut bert = Bert::load(dir).map_err(data_err)?;
+    let tok = PretrainedTokenizer::from_dir(dir).map_err(data_err)?;
+    let load_secs = t_load.elapsed().as_secs_f64();
+    let (nl, nh) = (bert.config.n_layers, bert.config.n_heads);
+    let wt = wiki_topics(&cfg.wiki, seed)?;
+    let index: HashMap<&str, usize> = wt
+        .corpus
+        .vocab
+        .iter()
+        .enumerate()
+        .skip(N_SPECIAL + 1)
+        .map(|(i, w)| (w.as_str(), i))
+        .collect();
+    let lda_ctrl = shuffled_topics(&wt.lda, &mut substream(seed, Stream::Sample, 1));
+    let gold_ctrl = shuffled_topics(&wt.gold, &mut substream(seed, Stream::Sample, 3));
+    let sources: [(&str, &Vec<usize>); 4] = [
+        ("lda", &wt.lda),
+        ("lda_shuffled", &lda_ctrl),
+        ("gold", &wt.gold),
+        ("gold_shuffled", &gold_ctrl),
+    ];
+
+    // --- embeddings ---
+    let v = bert.config.d_vocab.min(tok.vocab_size());
+    let emb: Vec<EmbeddingProbe> = sources
+        .iter()
+        .enumerate()
+        .map(|(k, (_, topics))| {
+            embedding_probe(
+                &bert.weights.word,
+                bert.config.d_model,
+                &vocab_topics(&tok, v, &index, topics),
+                cfg.probe.random_pairs,
+                20_000,
+                &mut substream(seed, Stream::Sample, 10 + k as u64),
+            )
+        })
+        .collect();
+
+    // --- attention on held-out lead sections ---
+    let docs = wt
+        .dev_idx
+        .iter()
+        .take(cfg.probe.docs)
+        .map(|&i| tok.encode(&wt.texts[i], cfg.model.max_len))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(data_err)?;
+    let words: Vec<_> = docs.iter().map(|e| piece_words(e, &index)).collect();
+    let mut att: Vec<AttentionProbe> = (0..4).map(|_| AttentionProbe::new(nl, nh)).collect();
+    let names: Vec<String> = (0..nl)
+        .map(|l| format!("blocks.{l}.attn.hook_pattern"))
+        .collect();
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let lens: Vec<usize> = docs.iter().map(|e| e.ids.len()).collect();
+    let (mut fwd_secs, mut n_tokens) = (0.0, 0usize);
+    for idx in batches_by_length(&lens, cfg.model.batch_size) {
+        let seqs: Vec<&[u32]> = idx.iter().map(|&i| &docs[i].ids[..]).collect();
+        let batch = pad_batch(&seqs, bert.config.pad_token_id);
+        let t0 = Instant::now();
+        let (_, cache) = bert.run_with_cache(&batch, &name_refs).map_err(data_err)?;
+        fwd_secs += t0.elapsed().as_secs_f64();
+        let t = batch.seq_len;
+        let per = nh * t * t;
+        for (b, &i) in idx.iter().enumerate() {
+            n_tokens += lens[i];
+            let pats: Vec<&[f64]> = names
+                .iter()
+                .map(|n| &cache[n].data[b * per..(b + 1) * per])
+                .collect();
+            let (key, voc) = &words[i];
+            for (p, (_, topics)) in att.iter_mut().zip(&sources) {
+                p.add(&pats, t, lens[i], &piece_topics(voc, topics), key);
+            }
+        }
+    }
+
+    // --- summary ---
+    let mut s = Summary::new("topic-bert", seed);
+    let cm = cfg.probe.control_max;
+    for (k, x) in [
+        ("docs", docs.len() as f64),
+        ("tokens", n_tokens as f64),
+        (
+            "forward_tokens_per_second",
+            n_tokens as f64 / fwd_secs.max(1e-9),
+        ),
+        ("load_seconds", load_secs),
+        ("lda_seconds", wt.lda_seconds),
+    ] {
+        s.metric(k, x);
+    }
+    let mut table = String::from("| topics | layer | mean gap | heads with gap > 0 | mean shuffled gap |\n|---|---|---|---|---|\n");
+    for (src, (e, ec, a, ac)) in [
+        ("lda", (&emb[0], &emb[1], &att[0], &att[1])),
+        ("gold", (&emb[2], &emb[3], &att[2], &att[3])),
+    ] {
+        for (c, name) in [
+            (Class::SameTopic, "same"),
+            (Class::DifferentTopic, "different"),
+            (Class::NoTopic, "none"),
+        ] {
+            s.metric(&format!("{src}_embedding_dot_{name}"), e.dot.mean(c));
+            s.metric(
+                &format!("{src}_embedding_pairs_{name}"),
+                e.dot.count[c as usize] as f64,
+            );
+        }
+        for (m, x) in [
+            ("embedding_dot_gap", e.dot.gap()),
+            ("embedding_dot_gap_control", ec.dot.gap()),
+            ("embedding_cos_gap", e.cos.gap()),
+            ("embedding_cos_gap_control", ec.cos.gap()),
+        ] {
+            s.metric(&format!("{src}_{m}"), x);
+        }
+        let (g, gc) = (a.gaps(), ac.gaps());
+        for l in 0..nl {
+            let (gl, gcl) = (&g[l * nh..(l + 1) * nh], &gc[l * nh..(l + 1) * nh]);
+            s.metric(&format!("{src}_attention_gap_layer{l}"), mean(gl));
+            s.metric(&format!("{src}_attention_gap_control_layer{l}"), mean(gcl));
+            table += &format!(
+                "| {src} | {l} | {:.2e} | {}/{nh} | {:.2e} |\n",
+                mean(gl),
+                gl.iter().filter(|&&x| x > 0.0).count(),
+                mean(gcl)
+            );
+        }
+        let pos = g.iter().filter(|&&x| x > 0.0).count();
+        let (mg, mc) = (mean(&g), mean(&gc));
+        s.metric(&format!("{src}_attention_heads_positive"), pos as f64);
+        s.metric(&format!("{src}_attention_gap_mean"), mg);
+        s.metric(&format!("{src}_attention_gap_control_mean"), mc);
+        let counts = a.counts();
+        s.metric(
+            &format!("{src}_attention_pairs_same"),
+            counts[Class::SameTopic as usize] as f64,
+        );
+        s.metric(
+            &format!("{src}_attention_pairs_different"),
+            counts[Class::DifferentTopic as usize] as f64,
+        );
+        let (eg, egc) = (e.dot.gap(), ec.dot.gap());
+        s.verdict(
+            &format!("{src} topics: same-topic words have larger embedding inner products than different-topic words"),
+            "mean ⟨e_i, e_j⟩ same topic > different topic",
+            format!("{:.4} vs {:.4} (gap {eg:.4}; cosine gap {:.4})", e.dot.mean(Class::SameTopic), e.dot.mean(Class::DifferentTopic), e.cos.gap()),
+            eg > 0.0,
+        );
+        s.verdict(
+            &format!("{src} topics: shuffled topics show no embedding gap"),
+            &format!("|shuffled gap| < {cm} · real gap"),
+            format!("{egc:.4} vs {eg:.4}"),
+            eg > 0.0 && egc.abs() < cm * eg,
+        );
+        s.verdict(
+            &format!("{src} topics: same-topic words get more attention than different-topic words, in most heads"),
+            "gap > 0 in more than half of the layer × head pairs",
+            format!("{pos}/{} heads (mean gap {mg:.2e}); layers with most heads positive: {:?}", nl * nh, positive_layers(a)),
+            2 * pos > nl * nh,
+        );
+        s.verdict(
+            &format!("{src} topics: shuffled topics show no attention gap"),
+            &format!("|mean shuffled gap over heads| < {cm} · mean real gap"),
+            format!("{mc:.2e} vs {mg:.2e}"),
+            mg > 0.0 && mc.abs() < cm * mg,
+        );
+        gap_figures(ctx, src, a, ac, e)?;
+    }
+    sentence_figures(ctx, cfg, &mut bert, &tok, &wt, &index, &att[0])?;
+    ctx.artifact(
+        "lda_topics.json",
+        &serde_json::json!({ "top_words": wt.top_words, "gold_topics": wt.corpus.gold_names }),
+    )?;
+    ctx.notes(&format!(
+        "## Topic probes on `{}`\n\n{} held-out lead sections ({} pieces, at most {} each) of `{}`; our LDA ({} topics, {} Gibbs sweeps, {:.0} s) on the other articles' content words; \
+         {} words with an LDA topic and {} with a gold topic. Embedding probe: all pairs of topic words in the model's vocabulary plus {} random pairs with a topic-less word. \
+         \"Near zero\" for a shuffled control means below {} × the real gap. Forward pass with the attention cache: {:.0} tokens/s.\n\n{table}\nLDA top words: {}\n",
+        cfg.model.path, docs.len(), n_tokens, cfg.model.max_len, cfg.wiki.file, cfg.wiki.lda_topics, cfg.wiki.lda_iterations, wt.lda_seconds,
+        wt.lda.iter().filter(|&&t| t != usize::MAX).count(), wt.gold.iter().filter(|&&t| t != usize::MAX).count(),
+        cfg.probe.random_pairs, cm, n_tokens as f64 / fwd_secs.max(1e-9),
+        wt.top_words.iter().map(|t| t[..5.min(t.len())].join(" ")).collect::<Vec<_>>().join(" | "),
+    ))?;
+    Ok(s)
+}
+
+/// Attention heatmaps of a few held-out first sentences with several topic words,
+/// in the head with the largest LDA gap; topic words are marked `word·k`.
+fn sentence_figures(
+    ctx: &mut RunCtx,
+    cfg: &TopicBertConfig,
+    bert: &mut Bert,
+    tok: &PretrainedTokenizer,
+    wt: &super::WikiTopics,
+    index: &HashMap<&str, usize>,
+    lda: &AttentionProbe,
+) -> Result<(), ExperimentError> {
+    let g = lda.gaps();
+    let best = (0..g.len())
+        .max_by(|&a, &b| g[a].total_cmp(&g[b]))
+        .unwrap_or(0);
+    let (layer, head) = (best / lda.n_heads, best % lda.n_heads);
+    let name = format!("blocks.{layer}.attn.hook_pattern");
+    let mut drawn = 0;
+    for &i in &wt.dev_idx {
+        if drawn == cfg.probe.sentences {
+            break;
+        }
+        let first = wt.texts[i].split(". ").next().unwrap_or("");
+        let e = tok
+            .encode(first, cfg.probe.sentence_len)
+            .map_err(data_err)?;
+        let (_, voc) = piece_words(&e, index);
+        let topic: Vec<Option<usize>> = voc
+            .iter()
+            .map(|v| {
+                v.filter(|&id| id != usize::MAX && wt.lda[id] != usize::MAX)
+                    .map(|id| wt.lda[id])
+            })
+            .collect();
+        if topic.iter().flatten().count() < 3 {
+            continue;
+        }
+        let batch = pad_batch(&[&e.ids], bert.config.pad_token_id);
+        let (_, cache) = bert.run_with_cache(&batch, &[&name]).map_err(data_err)?;
+        let t = e.ids.len();
+        let pat = cache[&name].data[head * t * t..(head + 1) * t * t].to_vec();
+        let ticks: Vec<String> = e
+            .tokens
+            .iter()
+            .zip(&topic)
+            .map(|(s, k)| match k {
+                Some(k) => format!("{s}·{k}"),
+                None => s.clone(),
+            })
+            .collect();
+        ctx.figure(
+            &Figure::heatmap(
+                &format!("sentence{drawn}"),
+                &format!("Attention, layer {layer} head {head} (largest LDA gap)"),
+                "key piece",
+                "query piece",
+                t,
+                t,
+                pat,
+                false,
+            )
+            .with_ticks(ticks.clone(), ticks)
+            .caption("Rows: queries, columns: keys. `word·k` marks a word whose LDA topic is k."),
+        )?;
+        drawn += 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! `topic-bert` shortened, on the shared model and Wikipedia file: it finishes with
+//! its verdicts and figures, the embedding gap is positive and its shuffled control
+//! is not, and a model folder with an unsupported config is a data error naming
+//! the file. Skips when the shared model or data is absent.
+
+use mechlab::run::RunCtx;
+use std::path::{Path, PathBuf};
+
+fn model_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models/all-MiniLM-L6-v2")
+}
+
+fn table(overrides: &[String]) -> toml::Table {
+    let exp = mechlab::experiment::find("topic-bert").unwrap();
+    let p = mechlab::config::presets::find("topic-bert").unwrap();
+    let mut t = exp.default_config();
+    mechlab::config::overlay(
+        &mut t,
+        &mechlab::config::parse(p.text, "topic-bert").unwrap(),
+        "topic-bert",
+    )
+    .unwrap();
+    for o in overrides {
+        mechlab::config::apply_override(&mut t, o).unwrap();
+    }
+    t
+}
+
+#[test]
+fn shortened_run_and_a_bad_model_folder() {
+    let data = mechlab_corpora::wikipedia::data_root().join("wikipedia/vital_articles_en.json");
+    if !data.exists() || !model_dir().join("model.safetensors").exists() {
+        eprintln!("skipped: shared model or data absent");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o: Vec<String> = [
+        "wiki.n_words=600",
+        "wiki.lda_iterations=30",
+        "wiki.lda_burn_in=15",
+        "wiki.n_dev=300",
+        "probe.docs=24",
+        "probe.random_pairs=2000",
+        "probe.sentences=1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    o.push(format!("model.path=\"{}\"", model_dir().display()));
+    let exp = mechlab::experiment::find("topic-bert").unwrap();
+    let dir = tmp.path().join("run");
+    let prepared = exp.prepare(&table(&o), "test").unwrap();
+    let mut ctx = RunCtx::create(&dir, table(&o), "test", true).unwrap();
+    let s = prepared.run(&mut ctx).unwrap();
+    ctx.finish(&s).unwrap();
+    assert_eq!(s.verdicts.len(), 8);
+    let (g, c) = (
+        s.metrics["lda_embedding_dot_gap"],
+        s.metrics["lda_embedding_dot_gap_control"],
+    );
+    assert!(g > 0.0 && c.abs() < 0.25 * g, "gap {g}, control {c}");
+    assert!(s.metrics["lda_attention_gap_layer0"].is_finite());
+    for f in [
+        "attention_gap_lda",
+        "attention_gap_gold_shuffled",
+        "embedding_dot_gold",
+        "sentence0",
+    ] {
+        assert!(
+            dir.join("figures").join(format!("{f}.json")).exists(),
+            "{f}"
+        );
+    }
+
+    // A copy of the folder whose config.json asks for another activation.
+    let bad = tmp.path().join("model");
+    std::fs::create_dir(&bad).unwrap();
+    for f in ["model.safetensors", "tokenizer.json", "vocab.txt"] {
+        std::os::unix::fs::symlink(model_dir().join(f), bad.join(f)).unwrap();
+    }
+    let cfg = std::fs::read_to_string(model_dir().join("config.json")).unwrap();
+    std::fs::write(
+        bad.join("config.json"),
+        cfg.replace("\"gelu\"", "\"gelu_new\""),
+    )
+    .unwrap();
+    let mut o2 = o.clone();
+    o2.push(format!("model.path=\"{}\"", bad.display()));
+    let prepared = exp.prepare(&table(&o2), "test").unwrap();
+    let mut ctx = RunCtx::create(&tmp.path().join("bad"), table(&o2), "test", true).unwrap();
+    let e = prepared.run(&mut ctx).err().unwrap().to_string();
+    assert!(
+        e.contains("config.json") && e.contains("hidden_act") && !e.contains('\n'),
+        "{e}"
+    );
+}
