@@ -5,7 +5,7 @@
 //! one base); this module looks them up by name when it raises one.
 
 use mechlab::config::ConfigError;
-use mechlab::experiments::ExperimentError;
+use mechlab::experiment::ExperimentError;
 use mechlab::run::checkpoint::CheckpointError;
 use mechlab::run::RunError;
 use pyo3::exceptions::PyRuntimeError;

@@ -146,7 +146,7 @@ pub fn resume(
 
 fn finish_run(
     py: Python<'_>,
-    ended: Ended<Result<mechlab::run::summary::Summary, mechlab::experiments::ExperimentError>>,
+    ended: Ended<Result<mechlab::run::summary::Summary, mechlab::experiment::ExperimentError>>,
     dir: PathBuf,
 ) -> PyResult<PathBuf> {
     match ended {

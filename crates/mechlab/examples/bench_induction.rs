@@ -4,8 +4,8 @@
 //! three epochs (for the PyTorch cross-check) and the mean seconds per epoch; with
 //! `tokens_out`, writes the training tokens (`u8`, `[9000, 101]`) there.
 
-use mechlab::data::markov::{generate, MarkovSpec};
-use mechlab::models::induction_simplified::{Simplified, SimplifiedConfig};
+use mechlab::papers::induction::data::{generate, MarkovSpec};
+use mechlab::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use mechlab_engine::Parameters;
 use std::time::Instant;
 

@@ -5,8 +5,8 @@
 //! `cargo run --release --example bench_selection -- OUT_DIR [n T vocab d reps]`
 //! (defaults 25000 256 20000 256 20). Run with `RAYON_NUM_THREADS=2`.
 
-use mechlab::data::selection::SeqData;
-use mechlab::models::selection::{ModelConfig, SelectionModel};
+use mechlab::papers::selection::data::SeqData;
+use mechlab::papers::selection::model::{ModelConfig, SelectionModel};
 use mechlab::train::Trainable;
 use mechlab_engine::Parameters;
 use rand::Rng;

@@ -5,9 +5,9 @@
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release --example bench_topic -- OUT_DIR [preset ...]`
 
-use mechlab::data::lda::{LdaModel, MlmSet};
-use mechlab::experiments::topic::{make_set, TopicConfig, TopicRun};
-use mechlab::models::topic_mlm::TopicMlm;
+use mechlab::papers::topic::data::{LdaModel, MlmSet};
+use mechlab::papers::topic::model::TopicMlm;
+use mechlab::papers::topic::{make_set, TopicConfig, TopicRun};
 use mechlab::run::RunCtx;
 use mechlab_engine::matmul::{matmul_par, Op};
 use mechlab_engine::Parameters;
@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Instant;
 
 fn table(preset: &str, extra: &[&str]) -> anyhow::Result<toml::Table> {
-    let exp = mechlab::experiments::find("topic").unwrap();
+    let exp = mechlab::experiment::find("topic").unwrap();
     let p = mechlab::config::presets::find(preset).unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(&mut t, &mechlab::config::parse(p.text, preset)?, preset)?;
@@ -107,7 +107,7 @@ fn peak_gflops() -> f64 {
 
 /// FLOPs mechlab executes in one epoch (its skipped work not counted).
 fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
-    let trained_attn = cfg.model.attention == mechlab::models::topic_mlm::AttnKind::Trained;
+    let trained_attn = cfg.model.attention == mechlab::papers::topic::model::AttnKind::Trained;
     let mut f = 0.0;
     for i in 0..set.len() {
         let r = set.range(i);
@@ -119,7 +119,7 @@ fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
         } else {
             4.0 * d * d
         };
-        if cfg.model.decoder != mechlab::models::topic_mlm::DecoderKind::Identity {
+        if cfg.model.decoder != mechlab::papers::topic::model::DecoderKind::Identity {
             f += 6.0 * s.min(if trained_attn { s } else { 1.0 }) * d * d;
         }
     }

@@ -18,10 +18,8 @@
 
 pub mod commands;
 pub mod config;
-pub mod data;
-pub mod experiments;
-pub mod models;
-pub mod probes;
+pub mod experiment;
+pub mod papers;
 pub mod rng;
 pub mod run;
 pub mod train;

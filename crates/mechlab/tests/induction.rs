@@ -1,7 +1,7 @@
 //! Induction heads (Chen et al. 2024): gradient checks and mechanism tests.
 
-use mechlab::data::markov::{generate, MarkovSpec};
-use mechlab::models::induction_simplified::{LossKind, Simplified, SimplifiedConfig};
+use mechlab::papers::induction::data::{generate, MarkovSpec};
+use mechlab::papers::induction::simplified::{LossKind, Simplified, SimplifiedConfig};
 use mechlab_engine::gradcheck::{check, DEFAULT_H};
 use mechlab_engine::Parameters;
 
@@ -59,7 +59,7 @@ fn gradcheck_simplified(loss: LossKind, heads: usize, degree: usize) {
 }
 
 fn gradcheck_full(loss: LossKind) {
-    use mechlab::models::induction_full::{Full, FullConfig};
+    use mechlab::papers::induction::full::{Full, FullConfig};
     let spec = MarkovSpec {
         n_seqs: 70,
         seq_len: 12,
@@ -106,7 +106,7 @@ fn gradcheck_full(loss: LossKind) {
 #[test]
 fn full_tables_match_the_direct_model() {
     use full_direct::{Full as Direct, FullConfigDirect};
-    use mechlab::models::induction_full::{Full, FullConfig};
+    use mechlab::papers::induction::full::{Full, FullConfig};
     let spec = MarkovSpec {
         n_seqs: 600,
         seq_len: 30,
@@ -188,7 +188,7 @@ struct Outcome {
 }
 
 fn run_short(overrides: &[&str]) -> Outcome {
-    let exp = mechlab::experiments::find("induction").expect("registered");
+    let exp = mechlab::experiment::find("induction").expect("registered");
     let mut table = exp.default_config();
     let preset = mechlab::config::presets::find("induction-simplified").unwrap();
     mechlab::config::overlay(

@@ -2,11 +2,11 @@
 //! max-margin solver, the mechanism with its swapped-selection control, resume,
 //! bad inputs, and (when the shared data is present) the U-shape on real IMDB.
 
-use mechlab::data::selection::{generate, SeqData, SynthConfig};
-use mechlab::experiments::{find, ExperimentError};
-use mechlab::models::selection::{ModelConfig, SelectionModel};
-use mechlab::probes::selection as pr;
-use mechlab::probes::selection::one_step_check;
+use mechlab::experiment::{find, ExperimentError};
+use mechlab::papers::selection::data::{generate, SeqData, SynthConfig};
+use mechlab::papers::selection::model::{ModelConfig, SelectionModel};
+use mechlab::papers::selection::probes as pr;
+use mechlab::papers::selection::probes::one_step_check;
 use mechlab::run::summary::Summary;
 use mechlab::run::RunCtx;
 use mechlab::train::Trainable;

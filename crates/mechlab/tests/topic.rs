@@ -2,8 +2,8 @@
 //! combination the presets use, fast paths against the general path, and the
 //! mechanism tests with their shuffled-label controls.
 
-use mechlab::data::lda::{generate, mask_docs, LdaConfig, LdaModel, MlmSet};
-use mechlab::models::topic_mlm::*;
+use mechlab::papers::topic::data::{generate, mask_docs, LdaConfig, LdaModel, MlmSet};
+use mechlab::papers::topic::model::*;
 use mechlab::rng::{stream, Stream};
 use mechlab_engine::gradcheck::{check, DEFAULT_H};
 use mechlab_engine::Parameters;
@@ -187,7 +187,7 @@ use mechlab::run::RunCtx;
 use std::path::Path;
 
 fn table(preset: &str, overrides: &[&str]) -> toml::Table {
-    let exp = mechlab::experiments::find("topic").unwrap();
+    let exp = mechlab::experiment::find("topic").unwrap();
     let p = mechlab::config::presets::find(preset).unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(
@@ -214,7 +214,7 @@ fn table(preset: &str, overrides: &[&str]) -> toml::Table {
 }
 
 fn run(dir: &Path, t: toml::Table) -> Summary {
-    let exp = mechlab::experiments::find("topic").unwrap();
+    let exp = mechlab::experiment::find("topic").unwrap();
     let mut ctx = RunCtx::create(dir, t, "test", true).unwrap();
     let s = exp.run(&mut ctx).unwrap();
     ctx.finish(&s).unwrap();
@@ -297,7 +297,7 @@ fn resume_is_bit_identical_with_fresh_masks_and_early_stopping() {
         "run.checkpoint_every=20",
     ];
     let full = run(&tmp.path().join("full"), table("topic-value", &o));
-    let exp = mechlab::experiments::find("topic").unwrap();
+    let exp = mechlab::experiment::find("topic").unwrap();
     let dir = tmp.path().join("cut");
     let mut ctx = RunCtx::create(&dir, table("topic-value", &o), "test", true).unwrap();
     ctx.stop_at = Some(47);
@@ -313,7 +313,7 @@ fn resume_is_bit_identical_with_fresh_masks_and_early_stopping() {
 #[test]
 fn bad_settings_are_typed_errors() {
     let tmp = tempfile::tempdir().unwrap();
-    let exp = mechlab::experiments::find("topic").unwrap();
+    let exp = mechlab::experiment::find("topic").unwrap();
     for bad in [
         &["data.alpha=-1.0"][..],
         &["model.d_model=50"],
@@ -363,7 +363,7 @@ fn wikipedia_embeddings_group_lda_topics_and_broken_files_are_named() {
     let cut = tmp.path().join("cut.json");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let f = format!("wiki.file=\"{}\"", cut.display());
-    let exp = mechlab::experiments::find("topic").unwrap();
+    let exp = mechlab::experiment::find("topic").unwrap();
     let mut ctx = RunCtx::create(
         &tmp.path().join("bad"),
         table("topic-wikipedia", &[f.as_str()]),

@@ -7,7 +7,7 @@ pub mod reproduce;
 pub mod sweep;
 
 use crate::config::{self, presets, ConfigError};
-use crate::experiments::{self, Experiment, ExperimentError};
+use crate::experiment::{self, Experiment, ExperimentError};
 use crate::run::progress::Progress;
 use crate::run::summary::Summary;
 use crate::run::RunCtx;
@@ -54,10 +54,10 @@ pub fn resolve(
         .get("experiment")
         .and_then(|v| v.as_str())
         .unwrap_or_default();
-    let experiment = experiments::find(exp_name).ok_or_else(|| ConfigError::UnknownExperiment {
+    let experiment = experiment::find(exp_name).ok_or_else(|| ConfigError::UnknownExperiment {
         file: file_label.clone(),
         name: exp_name.to_string(),
-        suggestion: config::closest(exp_name, experiments::all().iter().map(|e| e.name())),
+        suggestion: config::closest(exp_name, experiment::all().iter().map(|e| e.name())),
     })?;
     let mut table = experiment.default_config();
     config::overlay(&mut table, &file_table, &file_label)?;
@@ -124,7 +124,7 @@ pub fn run_with_progress(
 pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
     let (mut ctx, _) = RunCtx::resume(dir, quiet)?;
     let name = ctx.experiment().to_string();
-    let exp = experiments::find(&name).ok_or_else(|| ConfigError::UnknownExperiment {
+    let exp = experiment::find(&name).ok_or_else(|| ConfigError::UnknownExperiment {
         file: dir.join("config.toml").display().to_string(),
         name: name.clone(),
         suggestion: None,

@@ -4,7 +4,7 @@
 //! `notes.md` and `timing.json`; renders each figure to SVG and PNG, and writes
 //! `report.html` (self-contained) and `report.md`.
 
-use crate::experiments;
+use crate::experiment;
 use crate::run::{atomic, io_err, read_summary, RunError};
 use mechlab_report::{Block, Report, Section};
 use std::path::Path;
@@ -45,7 +45,7 @@ pub fn document(dir: &Path) -> Result<(Report, Vec<mechlab_report::Figure>), Run
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v["seconds"].as_f64());
-    let citation = experiments::find(&summary.experiment)
+    let citation = experiment::find(&summary.experiment)
         .map(|e| e.citation())
         .unwrap_or("");
 

@@ -7,7 +7,7 @@
 //! each run's figures.
 
 use super::{report, resolve, run};
-use crate::experiments::{self, ExperimentError, ReproduceItem};
+use crate::experiment::{self, ExperimentError, ReproduceItem};
 use crate::run::progress::Progress;
 use crate::run::summary::Summary;
 use crate::run::{atomic, io_err, RunError};
@@ -49,7 +49,7 @@ pub fn reproduce_with_progress(
     command: &str,
     progress: Option<&Progress>,
 ) -> Result<Vec<Outcome>, ExperimentError> {
-    let all = experiments::all();
+    let all = experiment::all();
     for p in papers {
         if !all.iter().any(|e| e.name() == p) {
             return Err(ExperimentError::Data(format!(

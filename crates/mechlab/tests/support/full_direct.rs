@@ -1,10 +1,10 @@
 //! The full model computed directly, position by position and sequence by
 //! sequence (the first implementation, kept as the tests' reference for the
-//! table-based `mechlab::models::induction_full`).
+//! table-based `mechlab::papers::induction::full`).
 
 #![allow(clippy::needless_range_loop, dead_code)]
 
-use mechlab::models::induction_simplified::{subsets, LossKind};
+use mechlab::papers::induction::simplified::{subsets, LossKind};
 use mechlab_engine::{param, Float, Param, Parameters};
 use rayon::prelude::*;
 

@@ -15,7 +15,7 @@
 //! (10%), or stays (10%); selected positions carry a label and are hidden as keys.
 //!
 //! ```
-//! use mechlab::data::lda::{LdaConfig, LdaModel, generate, mask_docs, NO_LABEL, START};
+//! use mechlab::papers::topic::data::{LdaConfig, LdaModel, generate, mask_docs, NO_LABEL, START};
 //! let cfg = LdaConfig { n_train: 3, ..LdaConfig::default() };
 //! let lda = LdaModel::new(&cfg).unwrap();
 //! let mut rng = mechlab::rng::stream(0, mechlab::rng::Stream::Data);

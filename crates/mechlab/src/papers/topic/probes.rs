@@ -9,7 +9,7 @@
 //! the control: its gaps must vanish.
 //!
 //! ```
-//! use mechlab::probes::topic::gram_gap;
+//! use mechlab::papers::topic::probes::gram_gap;
 //! // 2 topics × 2 words, rows = word vectors; same-topic words aligned.
 //! let rows = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0];
 //! let topics = [0, 0, 1, 1];

@@ -22,7 +22,7 @@
 //! thread count; every buffer is preallocated.
 //!
 //! ```
-//! use mechlab::models::induction_simplified::{Simplified, SimplifiedConfig};
+//! use mechlab::papers::induction::simplified::{Simplified, SimplifiedConfig};
 //! let cfg = SimplifiedConfig::default();
 //! let mut m = Simplified::<f64>::new(&cfg);
 //! let tokens = vec![0u8, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1]; // L = 10 and the target
@@ -33,10 +33,10 @@
 // Index loops read like the equations here.
 #![allow(clippy::needless_range_loop)]
 
-use super::induction_layer2::{window, Layer2};
+use super::layer2::{window, Layer2};
 use mechlab_engine::{param, Float, Param, Parameters};
 
-pub use super::induction_layer2::{subset_name, subsets, LossKind, CHUNK};
+pub use super::layer2::{subset_name, subsets, LossKind, CHUNK};
 
 /// The `ε` of the unit-norm scaling, as in the authors' code.
 pub const NORM_EPS: f64 = 1e-7;

@@ -11,7 +11,7 @@
 //! So the label-predictive token of every sequence (its "selected" token) is known.
 //!
 //! ```
-//! use mechlab::data::selection::{generate, SynthConfig, TokenClass};
+//! use mechlab::papers::selection::data::{generate, SynthConfig, TokenClass};
 //! let cfg = SynthConfig { n_train: 8, ..SynthConfig::default() };
 //! let mut rng = mechlab::rng::stream(0, mechlab::rng::Stream::Data);
 //! let d = generate(&cfg, cfg.n_train, &mut rng).unwrap();

@@ -13,7 +13,7 @@
 //! chunks with chunk-order reduction (bit-identical for any thread count).
 //!
 //! ```
-//! use mechlab::models::induction_full::{Full, FullConfig};
+//! use mechlab::papers::induction::full::{Full, FullConfig};
 //! let mut m = Full::<f64>::new(&FullConfig::default());
 //! let tokens = vec![0u8, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1];
 //! assert!(m.loss(&tokens, 10, false).is_finite());
@@ -21,10 +21,10 @@
 
 #![allow(clippy::needless_range_loop)]
 
-use super::induction_layer2::{subsets, window, Layer2, LossKind};
+use super::layer2::{subsets, window, Layer2, LossKind};
 use mechlab_engine::{param, Float, Param, Parameters};
 
-pub use super::induction_layer2::CHUNK;
+pub use super::layer2::CHUNK;
 /// LayerNorm ε (PyTorch's default).
 pub const LN_EPS: f64 = 1e-5;
 /// The fixed logit of distance 0 (the authors' code).

@@ -5,18 +5,18 @@
 //! formats). [`tokenize`] is the corpora crate's word tokenizer (lower-cased,
 //! punctuation dropped, apostrophes inside words kept); the vocabulary keeps the `n_words` most frequent words seen at
 //! least `min_count` times (ties by word), the rest become `UNK`. Ids: the four
-//! specials of [`crate::data::lda`], then `UNK = 4`, then the words by frequency.
+//! specials of [`crate::papers::topic::data`], then `UNK = 4`, then the words by frequency.
 //! Word topics for the probes are given to content words only (not stop words,
 //! seen at least `topic_min_count` times): the argmax topic of a seeded collapsed
 //! Gibbs LDA ([`mechlab_corpora::lda`]) fitted on the content words, and,
 //! separately, the gold topic with the highest lift `P(topic | word) / P(topic)`.
 //!
 //! ```
-//! use mechlab::data::wiki::tokenize;
+//! use mechlab::papers::topic::wiki_data::tokenize;
 //! assert_eq!(tokenize("Rome's 2 Forums, e.g."), ["rome's", "2", "forums", "e", "g"]);
 //! ```
 
-use crate::data::lda::{MlmSet, NO_LABEL, N_SPECIAL, START};
+use crate::papers::topic::data::{MlmSet, NO_LABEL, N_SPECIAL, START};
 use mechlab_corpora::article::Article;
 use mechlab_corpora::{Punct, Tokenizer};
 use std::collections::HashMap;

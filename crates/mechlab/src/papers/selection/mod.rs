@@ -10,12 +10,16 @@
 //! `cls`), probing cos(p, p_mm), the margin, ‖p‖ and the attention mass on the
 //! selected tokens, and finally write the figures, notes and one verdict per claim.
 
+pub mod data;
+pub mod model;
+pub mod probes;
+pub mod reviews;
+
 use crate::config::{self, ConfigError};
-use crate::data::reviews::{self, ReviewsConfig};
-use crate::data::selection::{generate, SeqData, SynthConfig, TokenClass};
-use crate::experiments::{Experiment, ExperimentError, ReproduceItem};
-use crate::models::selection::{ModelConfig, SelectionModel};
-use crate::probes::selection::{self as pr, one_step_check, vals};
+use crate::experiment::{Experiment, ExperimentError, ReproduceItem};
+use crate::papers::selection::data::{generate, SeqData, SynthConfig, TokenClass};
+use crate::papers::selection::model::{ModelConfig, SelectionModel};
+use crate::papers::selection::probes::{self as pr, one_step_check, vals};
 use crate::rng::{stream, Stream};
 use crate::run::summary::Summary;
 use crate::run::{metrics, Activation, RunConfig, RunCtx, RunError};
@@ -23,6 +27,7 @@ use crate::train::config::StageConfig;
 use crate::train::{fit, OptimizerKind, TrainConfig};
 use mechlab_engine::Float;
 use mechlab_report::{Figure, Point, Series};
+use reviews::ReviewsConfig;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

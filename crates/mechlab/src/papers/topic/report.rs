@@ -3,11 +3,11 @@
 //! Everything here reads the finished run: the best checkpoint's probes
 //! ([`FinalProbes`]) and the probe / dev-loss curves logged during training.
 
-use super::topic::{Early, Probes, TopicConfig};
-use super::ExperimentError;
-use crate::data::lda::{LdaModel, N_SPECIAL};
-use crate::models::topic_mlm::{AttnKind, EmbedKind, ValueKind};
-use crate::probes::topic::gram;
+use super::{Early, Probes, TopicConfig};
+use crate::experiment::ExperimentError;
+use crate::papers::topic::data::{LdaModel, N_SPECIAL};
+use crate::papers::topic::model::{AttnKind, EmbedKind, ValueKind};
+use crate::papers::topic::probes::gram;
 use crate::run::metrics::{read, series};
 use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};

@@ -18,7 +18,7 @@
 //! paper's modified χ² mutual information of a parent set.
 //!
 //! ```
-//! use mechlab::data::markov::{generate, MarkovSpec};
+//! use mechlab::papers::induction::data::{generate, MarkovSpec};
 //! let spec = MarkovSpec { n_seqs: 4, seq_len: 20, ..MarkovSpec::default() };
 //! let d = generate(&spec, 7).unwrap();
 //! assert_eq!(d.tokens.len(), 4 * 21);

@@ -17,8 +17,8 @@
 //! of our `W_V`'s rows.
 //!
 //! ```
-//! use mechlab::models::topic_mlm::{TopicMlm, TopicMlmConfig};
-//! use mechlab::data::lda::{LdaConfig, LdaModel, generate, mask_docs};
+//! use mechlab::papers::topic::model::{TopicMlm, TopicMlmConfig};
+//! use mechlab::papers::topic::data::{LdaConfig, LdaModel, generate, mask_docs};
 //! let cfg = LdaConfig { n_train: 4, ..LdaConfig::default() };
 //! let lda = LdaModel::new(&cfg).unwrap();
 //! let mut rng = mechlab::rng::stream(0, mechlab::rng::Stream::Data);
@@ -30,7 +30,7 @@
 //! assert!((loss - (104f64).ln()).abs() < 0.5); // near-uniform predictions at init
 //! ```
 
-use crate::data::lda::{MlmSet, NO_LABEL};
+use crate::papers::topic::data::{MlmSet, NO_LABEL};
 use crate::rng::{stream, Stream};
 use mechlab_engine::matmul::{matmul, Op};
 use mechlab_engine::{param, Float, Param, Parameters};
@@ -38,11 +38,8 @@ use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
-#[path = "topic_mlm_attention.rs"]
 mod attention;
-#[path = "topic_mlm_kernel.rs"]
 mod kernel;
-#[path = "topic_mlm_probe.rs"]
 mod probe;
 use kernel::{doc_step, embed, embed_back};
 use serde::{Deserialize, Serialize};

@@ -12,7 +12,7 @@
 //!   posterior, and the words the attention picks per class, for real text.
 //!
 //! ```
-//! use mechlab::probes::selection::max_margin;
+//! use mechlab::papers::selection::probes::max_margin;
 //! // E = I (3 tokens, d = 3); token 0 is selected over tokens 1 and 2 in one sequence:
 //! // p_0 − p_1 ≥ 1, p_0 − p_2 ≥ 1  ⇒  p_mm = (2/3, −1/3, −1/3).
 //! let e = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
@@ -20,8 +20,8 @@
 //! assert!((p[0] - 2.0 / 3.0).abs() < 1e-6 && (p[1] + 1.0 / 3.0).abs() < 1e-6);
 //! ```
 
-use crate::data::selection::SeqData;
-use crate::models::selection::{ModelConfig, SelectionModel};
+use crate::papers::selection::data::SeqData;
+use crate::papers::selection::model::{ModelConfig, SelectionModel};
 use crate::train::Trainable;
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{

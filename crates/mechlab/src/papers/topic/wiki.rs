@@ -2,18 +2,18 @@
 //!
 //! With `wiki.enabled`, [`super::topic`] reads articles from `wiki.file` (any
 //! format of [`mechlab_corpora::wikipedia`]), builds documents and a vocabulary
-//! ([`crate::data::wiki`]), fits a seeded collapsed-Gibbs LDA on the training
+//! ([`crate::papers::topic::wiki_data`]), fits a seeded collapsed-Gibbs LDA on the training
 //! articles' content words (its held-out perplexity by document completion is
 //! reported beside a unigram baseline), trains the same MLM transformer with the
 //! same loop, and measures the same-minus-different-topic gaps of the embeddings,
 //! the value vectors and the attention twice: with the LDA word topics and with
 //! gold topics from the articles' labels. A shuffled assignment is the control.
 
-use super::topic::{dev_loss, measure, Probes, TopicConfig, TopicRun};
-use super::ExperimentError;
-use crate::data::lda::mask_docs;
-use crate::data::wiki::{build, WikiCorpus};
-use crate::probes::topic::shuffled_topics;
+use super::{dev_loss, measure, Probes, TopicConfig, TopicRun};
+use crate::experiment::ExperimentError;
+use crate::papers::topic::data::mask_docs;
+use crate::papers::topic::probes::shuffled_topics;
+use crate::papers::topic::wiki_data::{build, WikiCorpus};
 use crate::rng::{substream, Stream};
 use crate::run::metrics::{read, series};
 use crate::run::summary::Summary;
@@ -213,7 +213,7 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
     // --- the MLM ---
     let max_len = train.max_len().max(dev.max_len());
     let model =
-        crate::models::topic_mlm::TopicMlm::<T>::new(&cfg.model, v, &lda_topics, max_len, seed)
+        crate::papers::topic::model::TopicMlm::<T>::new(&cfg.model, v, &lda_topics, max_len, seed)
             .map_err(data_err)?;
     let mut run = TopicRun::new(
         model,

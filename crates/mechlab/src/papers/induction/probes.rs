@@ -11,17 +11,17 @@
 //!   and priors `α`, beside the Bayes and uniform baselines.
 //!
 //! ```
-//! use mechlab::probes::induction::parent_sets;
+//! use mechlab::papers::induction::probes::parent_sets;
 //! let sets = parent_sets(3, 2);
 //! assert_eq!(sets.len(), 6); // {1},{2},{3},{1,2},{1,3},{2,3}
 //! ```
 
-use crate::data::markov::{
+use crate::papers::induction::data::{
     baseline_losses, code_loss, generate_with, modified_chi2_mi, nll, Baseline, MarkovData,
     MarkovSpec,
 };
-use crate::models::induction_full::Full;
-use crate::models::induction_simplified::Simplified;
+use crate::papers::induction::full::Full;
+use crate::papers::induction::simplified::Simplified;
 use mechlab_engine::{Float, Parameters};
 
 /// What the probes read from either induction model.

@@ -5,12 +5,6 @@
 //! probes, and writes figures, notes and a [`Summary`] with one verdict per claim.
 //! It registers here, and its presets in [`crate::config::presets`].
 
-pub mod induction;
-pub mod selection;
-pub mod topic;
-pub mod topic_report;
-pub mod topic_wiki;
-
 use crate::config::ConfigError;
 use crate::run::checkpoint::CheckpointError;
 use crate::run::summary::Summary;
@@ -68,9 +62,9 @@ pub struct ReproduceItem {
 /// Every registered experiment.
 pub fn all() -> Vec<&'static dyn Experiment> {
     vec![
-        &induction::Induction,
-        &selection::Selection,
-        &topic::TopicExperiment,
+        &crate::papers::induction::Induction,
+        &crate::papers::selection::Selection,
+        &crate::papers::topic::TopicExperiment,
     ]
 }
 

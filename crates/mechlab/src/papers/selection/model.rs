@@ -21,8 +21,8 @@
 //! whatever the number of threads.
 //!
 //! ```
-//! use mechlab::data::selection::SeqData;
-//! use mechlab::models::selection::{ModelConfig, SelectionModel};
+//! use mechlab::papers::selection::data::SeqData;
+//! use mechlab::papers::selection::model::{ModelConfig, SelectionModel};
 //! use std::sync::Arc;
 //! let data = Arc::new(SeqData { n: 1, n_ctx: 2, d_vocab: 2, ids: vec![0, 1], lens: vec![2], y: vec![1.0], signal: vec![] });
 //! let cfg = ModelConfig { d_model: 2, ..ModelConfig::default() };
@@ -34,7 +34,7 @@
 //! assert!((loss - 2f64.ln()).abs() < 1e-15);
 //! ```
 
-use crate::data::selection::SeqData;
+use crate::papers::selection::data::SeqData;
 use crate::rng::{stream, Stream};
 use crate::train::optim::trains;
 use crate::train::Trainable;

@@ -11,22 +11,28 @@
 //! and tests the trained parameters on other lengths and priors.
 //!
 //! ```
-//! use mechlab::experiments::induction::InductionConfig;
+//! use mechlab::papers::induction::InductionConfig;
 //! let cfg = InductionConfig::default();
 //! assert_eq!(cfg.data.parents, vec![1, 2]);
 //! ```
 
-use super::{Experiment, ExperimentError, ReproduceItem};
+pub mod data;
+pub mod full;
+mod layer2;
+pub mod probes;
+pub mod simplified;
+
 use crate::config::{self, ConfigError};
-use crate::data::markov::{self, Baseline, MarkovSpec, Variant};
-use crate::models::induction_full::{Full, FullConfig};
-use crate::models::induction_simplified::{subset_name, LossKind, Simplified, SimplifiedConfig};
-use crate::probes::induction::{self as probe, InductionModel};
+use crate::experiment::{Experiment, ExperimentError, ReproduceItem};
+use crate::papers::induction::full::{Full, FullConfig};
+use crate::papers::induction::probes::{self as probe, InductionModel};
+use crate::papers::induction::simplified::{subset_name, LossKind, Simplified, SimplifiedConfig};
 use crate::rng::{stream, Stream};
 use crate::run::metrics;
 use crate::run::summary::Summary;
 use crate::run::{RunConfig, RunCtx, RunError};
 use crate::train::{fit, TrainConfig, Trainable};
+use data::{Baseline, MarkovSpec, Variant};
 use mechlab_engine::{Float, Param, Parameters};
 use mechlab_report::{Figure, Series};
 use serde::{Deserialize, Serialize};
@@ -331,7 +337,7 @@ fn run_typed<T: Float, M: InductionModel<T>>(
 ) -> Result<Summary, ExperimentError> {
     let seed = ctx.seed();
     let spec = spec_of(cfg, cfg.data.n_train + cfg.data.n_val).map_err(bad)?;
-    let all = markov::generate(&spec, seed).map_err(bad)?;
+    let all = data::generate(&spec, seed).map_err(bad)?;
     let train = all.slice(0, cfg.data.n_train);
     let val = all.slice(cfg.data.n_train, all.len());
     let code = cfg.model.loss == "code";
@@ -391,7 +397,7 @@ fn run_typed<T: Float, M: InductionModel<T>>(
     let mut truth = cfg.data.parents.clone();
     truth.sort_unstable();
     let (val_code, val_nll) = probe::model_losses(model, &val, floor);
-    let base = |b: Baseline| markov::baseline_losses(&val, &b);
+    let base = |b: Baseline| data::baseline_losses(&val, &b);
     let uniform = base(Baseline::Uniform);
     let bayes = base(Baseline::Bayes(truth.clone()));
     let gih = base(Baseline::Empirical(truth.clone()));

@@ -6,7 +6,7 @@
 //! The vocabulary is returned with the data so a run saves it next to its
 //! checkpoints and reads the embeddings back with their words.
 
-use super::selection::SeqData;
+use super::data::SeqData;
 use mechlab_corpora::{load_reviews, LabeledDoc, LoadOptions, Tokenizer, Vocab};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;

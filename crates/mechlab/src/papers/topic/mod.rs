@@ -2,22 +2,29 @@
 //! documents puts same-topic words together in its value matrix, its embeddings
 //! and its attention.
 //!
-//! The run generates train / dev / test documents ([`crate::data::lda`]), trains
+//! The run generates train / dev / test documents ([`crate::papers::topic::data`]), trains
 //! [`TopicMlm`] with minibatch AdamW (the batch order and, optionally, fresh masks
 //! come from the seeded data stream and are restored on resume), evaluates the dev
 //! loss every epoch with early stopping that keeps the best parameters (the
-//! authors' regimen), and probes ([`crate::probes::topic`]) the same-minus-different
+//! authors' regimen), and probes ([`crate::papers::topic::probes`]) the same-minus-different
 //! topic gaps of the value matrix, the embeddings and the attention, their
 //! shuffled-label controls, and the attention entropy over training. The final
 //! probes, the test loss and the verdicts use the best checkpoint.
 
-use super::topic_report::{report, FinalProbes};
-use super::topic_wiki::{run_wiki, WikiConfig};
-use super::{Experiment, ExperimentError, ReproduceItem};
+pub mod data;
+pub mod model;
+pub mod probes;
+pub mod report;
+pub mod wiki;
+pub mod wiki_data;
+
 use crate::config::{self, ConfigError};
-use crate::data::lda::{bayes_bound, generate, mask_docs, LdaConfig, LdaModel, MlmSet};
-use crate::models::topic_mlm::{AttnKind, TopicMlm, TopicMlmConfig, W_V};
-use crate::probes::topic::{gram_gap, shuffled_topics, AttnAccum, AttnStats, DocAttention, Gap};
+use crate::experiment::{Experiment, ExperimentError, ReproduceItem};
+use crate::papers::topic::data::{bayes_bound, generate, mask_docs, LdaConfig, LdaModel, MlmSet};
+use crate::papers::topic::model::{AttnKind, TopicMlm, TopicMlmConfig, W_V};
+use crate::papers::topic::probes::{
+    gram_gap, shuffled_topics, AttnAccum, AttnStats, DocAttention, Gap,
+};
 use crate::rng::{self, substream, RngState, Stream};
 use crate::run::summary::Summary;
 use crate::run::{Activation, RunConfig, RunCtx, RunError};
@@ -25,7 +32,9 @@ use crate::train::{fit, OptimizerKind, TrainConfig, Trainable};
 use mechlab_engine::{Float, Param, Parameters};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
+use report::{report, FinalProbes};
 use serde::{Deserialize, Serialize};
+use wiki::{run_wiki, WikiConfig};
 
 pub struct TopicExperiment;
 

@@ -1,0 +1,10 @@
+//! The papers: one folder each, wiring its data, models, probes, figures and
+//! verdicts into an [`Experiment`](crate::experiment::Experiment).
+//!
+//! A paper folder holds `mod.rs` (the experiment: config, run, verdicts), `data.rs`
+//! (its generator or corpus adapter), its model files, and `probes.rs` (the
+//! measurements of its mechanism). [`builtin`] lists them for the registry.
+
+pub mod induction;
+pub mod selection;
+pub mod topic;
