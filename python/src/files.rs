@@ -63,11 +63,30 @@ pub fn read_summary_json(py: Python<'_>, dir: PathBuf) -> PyResult<Option<String
 pub fn metrics<'py>(py: Python<'py>, dir: PathBuf, event: &str) -> PyResult<Bound<'py, PyDict>> {
     let dir = run_folder(py, &dir)?;
     let path = dir.join("metrics.jsonl");
-    let records = mlog::read(&path).map_err(|e| errors::raise(py, Kind::Mechlab, e))?;
-    let records: Vec<_> = records
+    let all = mlog::read(&path).map_err(|e| errors::raise(py, Kind::Mechlab, e))?;
+    let records: Vec<_> = all
         .iter()
         .filter(|r| r.get("event").and_then(|e| e.as_str()) == Some(event))
         .collect();
+    if records.is_empty() {
+        let mut events: Vec<&str> = Vec::new();
+        for r in &all {
+            if let Some(e) = r.get("event").and_then(|e| e.as_str()) {
+                if !events.contains(&e) {
+                    events.push(e);
+                }
+            }
+        }
+        return Err(errors::raise(
+            py,
+            Kind::Config,
+            format!(
+                "{}: no `{event}` records (events: {})",
+                path.display(),
+                if events.is_empty() { "none".into() } else { events.join(", ") }
+            ),
+        ));
+    }
     let mut names: Vec<&str> = Vec::new();
     for r in &records {
         for k in r.keys() {
