@@ -37,8 +37,8 @@ pub fn run_folder(py: Python<'_>, dir: &Path) -> PyResult<PathBuf> {
 #[pyfunction]
 pub fn read_config_json(py: Python<'_>, dir: PathBuf) -> PyResult<String> {
     let dir = run_folder(py, &dir)?;
-    let table = mechlab::config::read_file(&dir.join("config.toml"))
-        .map_err(|e| errors::config(py, &e))?;
+    let table =
+        mechlab::config::read_file(&dir.join("config.toml")).map_err(|e| errors::config(py, &e))?;
     Ok(serde_json::to_string(&table).expect("TOML tables serialise as JSON"))
 }
 
@@ -83,7 +83,11 @@ pub fn metrics<'py>(py: Python<'py>, dir: PathBuf, event: &str) -> PyResult<Boun
             format!(
                 "{}: no `{event}` records (events: {})",
                 path.display(),
-                if events.is_empty() { "none".into() } else { events.join(", ") }
+                if events.is_empty() {
+                    "none".into()
+                } else {
+                    events.join(", ")
+                }
             ),
         ));
     }
@@ -133,11 +137,7 @@ fn arrays<'py, T: Float + Element>(
             continue;
         }
         let a = ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| {
-            errors::raise(
-                py,
-                Kind::Checkpoint,
-                format!("{path}: tensor {name}: {e}"),
-            )
+            errors::raise(py, Kind::Checkpoint, format!("{path}: tensor {name}: {e}"))
         })?;
         out.set_item(name, a.into_pyarray(py))?;
     }
@@ -168,7 +168,11 @@ pub fn checkpoint<'py>(
                     format!(
                         "{}: no checkpoint at step {s} (steps: {})",
                         cdir.display(),
-                        if have.is_empty() { "none".into() } else { have.join(", ") }
+                        if have.is_empty() {
+                            "none".into()
+                        } else {
+                            have.join(", ")
+                        }
                     ),
                 ));
             }

@@ -248,8 +248,7 @@ pub fn reproduce<'py>(
     let command = command.unwrap_or_else(|| "mechlab.reproduce()".into());
     let progress = Arc::new(Progress::new());
     let (p, o) = (progress.clone(), out.clone());
-    let job =
-        move || repro::reproduce_with_progress(&papers, &o, true, &command, Some(&p));
+    let job = move || repro::reproduce_with_progress(&papers, &o, true, &command, Some(&p));
     let outcomes = match supervise(py, &progress, on_progress, job)? {
         Ended::Done(Ok(o)) => o,
         Ended::Done(Err(e)) => return Err(errors::experiment(py, &e)),

@@ -41,7 +41,9 @@ pub fn to_toml(key: &str, v: &Bound<'_, PyAny>) -> PyResult<toml::Value> {
     Err(errors::raise(
         py,
         Kind::Config,
-        format!("override `{key}`: a {ty} is not a config value (use a bool, int, float, str or list)"),
+        format!(
+            "override `{key}`: a {ty} is not a config value (use a bool, int, float, str or list)"
+        ),
     ))
 }
 

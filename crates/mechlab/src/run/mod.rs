@@ -21,8 +21,8 @@ pub mod summary;
 
 use crate::config::{self, ConfigError};
 use metrics::MetricsLog;
-use serde::{Deserialize, Serialize};
 use progress::Progress;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
