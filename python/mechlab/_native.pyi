@@ -25,7 +25,6 @@ def run(
     seed: Optional[int] = None,
     overrides: Overrides = None,
     out: Optional[PathLike] = None,
-    quiet: bool = True,
     command: Optional[str] = None,
     on_progress: OnProgress = None,
 ) -> str: ...

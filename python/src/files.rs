@@ -144,6 +144,42 @@ fn arrays<'py, T: Float + Element>(
     Ok(out)
 }
 
+/// The checkpoint file of `step` in run `dir` (the latest when `None`) and its
+/// step; a missing step is a `CheckpointError` listing the steps there are.
+pub fn resolve_step(py: Python<'_>, dir: &Path, step: Option<u64>) -> PyResult<(PathBuf, u64)> {
+    let cdir = dir.join("checkpoints");
+    let all = ck::list(&cdir);
+    let found = match step {
+        None => all.last(),
+        Some(s) => all.iter().find(|(k, _)| *k == s),
+    };
+    match (found, step) {
+        (Some((k, p)), _) => Ok((p.clone(), *k)),
+        (None, None) => Err(errors::checkpoint(
+            py,
+            &CheckpointError::Missing {
+                path: cdir.display().to_string(),
+            },
+        )),
+        (None, Some(s)) => {
+            let have: Vec<String> = all.iter().map(|(k, _)| k.to_string()).collect();
+            Err(errors::raise(
+                py,
+                Kind::Checkpoint,
+                format!(
+                    "{}: no checkpoint at step {s} (steps: {})",
+                    cdir.display(),
+                    if have.is_empty() {
+                        "none".into()
+                    } else {
+                        have.join(", ")
+                    }
+                ),
+            ))
+        }
+    }
+}
+
 /// The parameters at checkpoint `step` (the latest when `None`), in the run's
 /// dtype, and that step.
 #[pyfunction]
@@ -154,30 +190,7 @@ pub fn checkpoint<'py>(
     step: Option<u64>,
 ) -> PyResult<(Bound<'py, PyDict>, u64)> {
     let dir = run_folder(py, &dir)?;
-    let cdir = dir.join("checkpoints");
-    let all = ck::list(&cdir);
-    let path = match step {
-        None => ck::latest(&cdir).map_err(|e| errors::checkpoint(py, &e))?,
-        Some(s) => match all.iter().find(|(k, _)| *k == s) {
-            Some((_, p)) => p.clone(),
-            None => {
-                let have: Vec<String> = all.iter().map(|(k, _)| k.to_string()).collect();
-                return Err(errors::raise(
-                    py,
-                    Kind::Checkpoint,
-                    format!(
-                        "{}: no checkpoint at step {s} (steps: {})",
-                        cdir.display(),
-                        if have.is_empty() {
-                            "none".into()
-                        } else {
-                            have.join(", ")
-                        }
-                    ),
-                ));
-            }
-        },
-    };
+    let (path, _) = resolve_step(py, &dir, step)?;
     // The file names its dtype only per tensor: read it as f64, and as f32 when
     // the tensors say so.
     let read = py.detach(|| match ck::load::<f64>(&path) {

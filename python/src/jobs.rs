@@ -97,17 +97,16 @@ fn stopped(py: Python<'_>, err: PyErr, detail: Option<String>) -> PyErr {
     }
 }
 
-/// Runs a preset or config file into a run folder; returns the folder.
+/// Runs a preset or config file into a run folder; returns the folder. The
+/// terminal bar stays off (it is the CLI's): the caller draws its own.
 #[pyfunction]
-#[pyo3(signature = (source, *, seed=None, overrides=None, out=None, quiet=true, command=None, on_progress=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (source, *, seed=None, overrides=None, out=None, command=None, on_progress=None))]
 pub fn run(
     py: Python<'_>,
     source: &str,
     seed: Option<u64>,
     overrides: Option<&Bound<'_, PyDict>>,
     out: Option<PathBuf>,
-    quiet: bool,
     command: Option<String>,
     on_progress: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PathBuf> {
@@ -122,8 +121,6 @@ pub fn run(
     let command = command.unwrap_or_else(|| format!("mechlab.run({source:?})"));
     let progress = Arc::new(Progress::new());
     let (p, d) = (progress.clone(), dir.clone());
-    // The terminal bar is the CLI's; from Python the caller draws its own.
-    let _ = quiet;
     let job = move || commands::run_with_progress(&resolved, &d, &command, true, Some(p));
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
 }
