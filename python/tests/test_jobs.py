@@ -2,6 +2,7 @@
 
 import _thread
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -46,12 +47,20 @@ def test_a_failing_progress_callback_stops_the_run(tmp_path):
 def test_ctrl_c_checkpoints_and_resume_is_bit_identical(tmp_path):
     steps = 120
     full = mechlab.run("induction-simplified", overrides={"train.steps": steps}, out=tmp_path / "full")
-    # Ctrl-C as the terminal sends it, shortly after the run starts.
-    timer = threading.Timer(0.4, _thread.interrupt_main)
-    timer.start()
+    # Ctrl-C as the terminal sends it, once training is under way (the step-4
+    # checkpoint exists), whatever the machine's load.
+    def interrupt_when_training():
+        mark = tmp_path / "cut" / "checkpoints" / "step_000004.safetensors"
+        deadline = time.monotonic() + 120
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        _thread.interrupt_main()
+
+    watcher = threading.Thread(target=interrupt_when_training)
+    watcher.start()
     with pytest.raises(KeyboardInterrupt, match=r"interrupted at step \d+; checkpoint .*step_\d+\.safetensors written"):
         mechlab.run("induction-simplified", overrides={"train.steps": steps}, out=tmp_path / "cut")
-    timer.join()
+    watcher.join()
     cut = mechlab.load(tmp_path / "cut")
     assert cut.summary is None and cut.verdicts == []
     assert 0 < cut.steps()[-1] < steps
