@@ -7,7 +7,7 @@
 
 use crate::errors::{self, Kind};
 use mechlab::commands::{self, Resolved};
-use mechlab::config::presets::PRESETS;
+use mechlab::config::presets as preset_list;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
 
@@ -79,7 +79,7 @@ pub fn resolve(
 /// Every preset's name, in `mechlab list` order.
 #[pyfunction]
 pub fn presets() -> Vec<&'static str> {
-    PRESETS.iter().map(|p| p.name).collect()
+    preset_list::all().iter().map(|p| p.name).collect()
 }
 
 /// The resolved config of a preset or file, as JSON text.

@@ -28,14 +28,18 @@
 //! | [`layers::attention`] | multi-head attention, bias / masks / causal, saves the pattern |
 //! | [`layers::rpe`] | relative-position bias from a `[H, n_dist]` table, per-head windows |
 //! | [`layers::layernorm`] | layer norm over the last dim, saves mean / rstd |
-//! | [`layers::l2norm`] | `y = x / max(‖x‖, eps)` per row |
+//! | [`layers::l2norm`] | `y = x / max(‖x‖, eps)` per row, or `x / (‖x‖ + eps)` |
 //! | [`layers::polykernel`] | `Π_c ReLU(⟨zq^c, zk_t^c⟩)^δ_c` features, subset enumeration |
-//! | [`layers::loss`] | logistic, cross-entropies (logits, probabilities, probs-as-logits), MSE |
+//! | [`layers::loss`] | logistic, cross-entropies (logits, probabilities with a floor, probs-as-logits), MSE |
 //!
 //! Alongside: [`matmul`] (row-major `gemm`, including strided sub-matrices),
 //! [`gradcheck`] (finite-difference checks, also for model tests in other crates) and
 //! [`parallel`] (fixed-chunk rayon helpers whose results do not depend on the thread
-//! count).
+//! count, and the batching constants every model uses).
+//!
+//! The models in the `mechlab` crate call these layers directly, or keep a fused
+//! kernel for speed that a test there checks against a chain of these layers (loss
+//! and every gradient to 1e-10): `tests/{induction,selection,topic}_reference.rs`.
 //!
 //! # Conventions
 //!

@@ -27,15 +27,37 @@ use crate::Float;
 use rayon::prelude::*;
 use std::ops::Range;
 
+/// The number of workspaces a model allocates for [`for_each_chunk`]: fixed (not
+/// the thread count), so every model's gradient sums have the same order anywhere.
+pub const N_CHUNKS: usize = 8;
+
+/// Items per chunk for batches split by [`sized_chunks`]: large enough that a
+/// chunk's work dwarfs rayon's scheduling, small enough that 2 cores stay busy on
+/// the papers' batches (a few thousand sequences).
+pub const CHUNK_ITEMS: usize = 512;
+
 /// Items of chunk `chunk` when `n_items` are split into `n_chunks` contiguous chunks:
-/// the first `n_items % n_chunks` chunks get one item more than the rest (chunks may
+/// chunk `c` gets `c·n/k .. (c+1)·n/k`, so sizes differ by at most one (chunks may
 /// be empty when `n_items < n_chunks`). Panics if `chunk >= n_chunks`.
 pub fn chunk_range(n_items: usize, n_chunks: usize, chunk: usize) -> Range<usize> {
     assert!(chunk < n_chunks, "chunk {chunk} of {n_chunks}");
-    let (base, extra) = (n_items / n_chunks, n_items % n_chunks);
-    let start = chunk * base + chunk.min(extra);
-    let len = base + usize::from(chunk < extra);
-    start..start + len
+    chunk * n_items / n_chunks..(chunk + 1) * n_items / n_chunks
+}
+
+/// How many chunks of [`CHUNK_ITEMS`] items `n_items` make (the last may be short):
+/// the other way to fix the summation order, for batches whose workspaces grow
+/// with the batch (one per chunk) rather than staying at [`N_CHUNKS`].
+pub fn sized_chunks(n_items: usize) -> usize {
+    n_items.div_ceil(CHUNK_ITEMS)
+}
+
+/// Items of chunk `chunk` of [`sized_chunks`]: `chunk·CHUNK_ITEMS ..` up to
+/// `CHUNK_ITEMS` items, clipped to `n_items`. Multiply by a per-item stride to cut a
+/// flat `[n_items, …]` buffer. Panics if the chunk starts past the end.
+pub fn sized_chunk_range(n_items: usize, chunk: usize) -> Range<usize> {
+    let start = chunk * CHUNK_ITEMS;
+    assert!(start < n_items.max(1), "chunk {chunk} of {} items", n_items);
+    start..(start + CHUNK_ITEMS).min(n_items)
 }
 
 /// Runs `f(chunk, items, workspace)` for every chunk, in parallel; the number of
@@ -115,8 +137,20 @@ mod tests {
                 assert!(hi - lo <= 1);
             }
         }
-        assert_eq!(chunk_range(10, 4, 1), 3..6);
-        assert_eq!(chunk_range(10, 4, 3), 8..10);
+        assert_eq!(chunk_range(10, 4, 1), 2..5);
+        assert_eq!(chunk_range(10, 4, 3), 7..10);
+    }
+
+    #[test]
+    fn sized_chunks_cover_items_in_blocks_of_chunk_items() {
+        assert_eq!(sized_chunks(0), 0);
+        assert_eq!(sized_chunks(1), 1);
+        assert_eq!(sized_chunks(2 * CHUNK_ITEMS), 2);
+        let n = 2 * CHUNK_ITEMS + 3;
+        assert_eq!(sized_chunks(n), 3);
+        assert_eq!(sized_chunk_range(n, 0), 0..CHUNK_ITEMS);
+        assert_eq!(sized_chunk_range(n, 2), 2 * CHUNK_ITEMS..n);
+        assert!(std::panic::catch_unwind(|| sized_chunk_range(n, 3)).is_err());
     }
 
     struct Work {

@@ -64,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let data = Arc::new(data);
     let cfg = ModelConfig {
         d_model: d,
-        dtype: "f32".into(),
+        dtype: mechlab::experiment::Dtype::F32,
         e_orthogonal_to_v: false,
         ..ModelConfig::default()
     };

@@ -69,8 +69,8 @@ fn train(
     mechlab::config::apply_override(&mut t, &format!("train.steps={steps}"))?;
     mechlab::config::apply_override(&mut t, &format!("train.log_every={log_every}"))?;
     let _ = std::fs::remove_dir_all(dir);
+    let cfg: TopicConfig = mechlab::config::typed(&t, "bench")?;
     let mut ctx = RunCtx::create(dir, t, "bench", true)?;
-    let cfg: TopicConfig = ctx.typed()?;
     let (mut run, _) = build(&cfg, ctx.seed())?;
     let mut probe = |_: &mut TopicRun<f32>, _: u64, _: &mut RunCtx| Ok(());
     let t0 = Instant::now();

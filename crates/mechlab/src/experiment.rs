@@ -1,15 +1,32 @@
-//! Experiments: each paper's claims, wired from data, model, trainer and probes.
+//! Experiments: what a paper plugs into mechlab, and the registry that finds it.
 //!
-//! An experiment is a small file that builds its data and model from the resolved
-//! config, trains with [`crate::train::fit`], measures the mechanism with its
-//! probes, and writes figures, notes and a [`Summary`] with one verdict per claim.
-//! It registers here, and its presets in [`crate::config::presets`].
+//! A paper implements [`Paper`]: its name and citation, its presets, one typed
+//! config struct (`serde`, real enums) with its value checks, and `run`, which
+//! builds the data and model, trains with [`crate::train::fit`], measures the
+//! mechanism with its probes and returns a [`Summary`] with one verdict per claim.
+//! Everything else is generic: the config is resolved, type-checked and validated
+//! exactly once, before any run folder exists ([`Experiment::prepare`]); the run
+//! folder, checkpoints, metrics, figures, summary and report belong to
+//! [`crate::run`] and [`crate::commands`]. A paper registers in one place: a
+//! [`Registry`] (the built-in papers plus any a downstream crate adds), which
+//! [`crate::cli::main`] takes, so `run`, `resume`, `report`, `sweep` and
+//! `reproduce` work unchanged for a paper written elsewhere
+//! (`crates/mechlab/tests/plugin.rs` is the worked example).
+//!
+//! ```
+//! let names: Vec<&str> = mechlab::experiment::all().iter().map(|e| e.name()).collect();
+//! assert!(names.contains(&"induction"));
+//! assert!(mechlab::experiment::find_preset("topic-value").is_some());
+//! ```
 
-use crate::config::ConfigError;
+use crate::config::presets::Preset;
+use crate::config::{self, ConfigError};
 use crate::run::checkpoint::CheckpointError;
 use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};
 use crate::train::TrainError;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::sync::OnceLock;
 use thiserror::Error;
 
 /// Why an experiment failed.
@@ -28,28 +45,100 @@ pub enum ExperimentError {
     Data(String),
 }
 
-/// A paper's experiment.
-pub trait Experiment: Sync {
+/// The floating-point type a model trains in (`model.dtype`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    F32,
+    #[default]
+    F64,
+}
+
+/// A paper, as its author writes it: typed config in, summary out.
+pub trait Paper: Sync + Send + 'static {
+    /// The whole config: every key with its default, `#[serde(deny_unknown_fields)]`.
+    type Config: Serialize + DeserializeOwned + Default + Send + Sync + 'static;
     /// Registry key and `experiment = "..."` value, also the paper's key for
-    /// `mechlab reproduce <paper>`: `induction`, `selection` or `topic`.
+    /// `mechlab reproduce <paper>`.
     fn name(&self) -> &'static str;
     /// The paper, as cited in reports.
     fn citation(&self) -> &'static str;
-    /// Every config key the experiment understands, with its default.
-    fn default_config(&self) -> toml::Table;
-    /// Checks that a resolved table parses as the experiment's typed config
-    /// (enum values, stage tables), before any folder is made.
-    fn validate(&self, table: &toml::Table, file: &str) -> Result<(), ConfigError>;
+    /// Its embedded presets (each names this paper as its `experiment`).
+    fn presets(&self) -> &'static [Preset];
+    /// Value checks the types cannot express (sizes, ranges, combinations); the
+    /// message names the key, the value and what is allowed.
+    fn validate(&self, cfg: &Self::Config) -> Result<(), String>;
     /// Runs (or, when `ctx.resuming()`, continues) the experiment.
-    fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError>;
-    /// The config key that `--data PATH` sets (a corpus file or folder), if the
-    /// experiment reads real data.
+    fn run(&self, cfg: &Self::Config, ctx: &mut RunCtx) -> Result<Summary, ExperimentError>;
+    /// The config key that `--data PATH` sets, if the experiment reads real data.
     fn data_key(&self) -> Option<&'static str> {
         None
     }
-    /// The presets (with overrides) `mechlab reproduce` runs for this paper at its
-    /// default scale.
+    /// The presets (with overrides) `mechlab reproduce` runs for this paper.
+    fn reproduce(&self) -> Vec<ReproduceItem> {
+        Vec::new()
+    }
+}
+
+/// A paper seen through the registry: the same, with the config erased to a TOML
+/// table until [`Experiment::prepare`] parses and validates it.
+pub trait Experiment: Sync + Send {
+    fn name(&self) -> &'static str;
+    fn citation(&self) -> &'static str;
+    fn presets(&self) -> &'static [Preset];
+    /// Every config key the experiment understands, with its default.
+    fn default_config(&self) -> toml::Table;
+    fn data_key(&self) -> Option<&'static str>;
     fn reproduce(&self) -> Vec<ReproduceItem>;
+    /// Parses the resolved table into the typed config and validates it: the only
+    /// place a config is parsed. `file` names the source in errors.
+    fn prepare(&'static self, table: &toml::Table, file: &str) -> Result<Prepared, ConfigError>;
+}
+
+/// The run of one typed config, with the config captured.
+type RunFn = dyn Fn(&mut RunCtx) -> Result<Summary, ExperimentError> + Send + Sync;
+
+/// A typed, validated config, ready to run.
+pub struct Prepared {
+    run: Box<RunFn>,
+}
+
+impl Prepared {
+    pub fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        (self.run)(ctx)
+    }
+}
+
+impl<P: Paper> Experiment for P {
+    fn name(&self) -> &'static str {
+        Paper::name(self)
+    }
+    fn citation(&self) -> &'static str {
+        Paper::citation(self)
+    }
+    fn presets(&self) -> &'static [Preset] {
+        Paper::presets(self)
+    }
+    fn default_config(&self) -> toml::Table {
+        config::table_of(&P::Config::default())
+    }
+    fn data_key(&self) -> Option<&'static str> {
+        Paper::data_key(self)
+    }
+    fn reproduce(&self) -> Vec<ReproduceItem> {
+        Paper::reproduce(self)
+    }
+    fn prepare(&'static self, table: &toml::Table, file: &str) -> Result<Prepared, ConfigError> {
+        let cfg: P::Config = config::typed(table, file)?;
+        self.validate(&cfg)
+            .map_err(|message| ConfigError::Invalid {
+                file: file.to_string(),
+                message,
+            })?;
+        Ok(Prepared {
+            run: Box::new(move |ctx| Paper::run(self, &cfg, ctx)),
+        })
+    }
 }
 
 /// One run of `mechlab reproduce`.
@@ -59,16 +148,79 @@ pub struct ReproduceItem {
     pub overrides: Vec<String>,
 }
 
+impl ReproduceItem {
+    pub fn new(preset: &'static str, overrides: &[&str]) -> Self {
+        ReproduceItem {
+            preset,
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// The papers a program knows: the built-in ones plus any a downstream crate adds.
+#[derive(Clone)]
+pub struct Registry {
+    experiments: Vec<&'static dyn Experiment>,
+}
+
+impl Registry {
+    /// mechlab's own papers.
+    pub fn builtin() -> Self {
+        Registry {
+            experiments: crate::papers::builtin(),
+        }
+    }
+    /// A registry with no paper.
+    pub fn empty() -> Self {
+        Registry {
+            experiments: Vec::new(),
+        }
+    }
+    /// Adds a paper (its presets come with it).
+    pub fn with(mut self, e: &'static dyn Experiment) -> Self {
+        self.experiments.push(e);
+        self
+    }
+    pub fn all(&self) -> &[&'static dyn Experiment] {
+        &self.experiments
+    }
+    pub fn find(&self, name: &str) -> Option<&'static dyn Experiment> {
+        self.experiments.iter().copied().find(|e| e.name() == name)
+    }
+    /// Every preset, paper by paper.
+    pub fn presets(&self) -> Vec<&'static Preset> {
+        self.experiments.iter().flat_map(|e| e.presets()).collect()
+    }
+    pub fn find_preset(&self, name: &str) -> Option<&'static Preset> {
+        self.presets().into_iter().find(|p| p.name == name)
+    }
+}
+
+static REGISTRY: OnceLock<Registry> = OnceLock::new();
+
+/// Makes `registry` the one every command uses. Call it before any command (the
+/// CLI entry [`crate::cli::main`] does); returns `false` if a registry was already
+/// in use, which then stays.
+pub fn install(registry: Registry) -> bool {
+    REGISTRY.set(registry).is_ok()
+}
+
+/// The registry in use: the installed one, else the built-in papers.
+pub fn registry() -> &'static Registry {
+    REGISTRY.get_or_init(Registry::builtin)
+}
+
 /// Every registered experiment.
 pub fn all() -> Vec<&'static dyn Experiment> {
-    vec![
-        &crate::papers::induction::Induction,
-        &crate::papers::selection::Selection,
-        &crate::papers::topic::TopicExperiment,
-    ]
+    registry().all().to_vec()
 }
 
 /// The experiment registered as `name`.
 pub fn find(name: &str) -> Option<&'static dyn Experiment> {
-    all().into_iter().find(|e| e.name() == name)
+    registry().find(name)
+}
+
+/// The registered preset called `name`.
+pub fn find_preset(name: &str) -> Option<&'static Preset> {
+    registry().find_preset(name)
 }

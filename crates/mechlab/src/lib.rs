@@ -10,12 +10,19 @@
 //! - **topic structure** (Li, Li, Risteski 2023): a one-layer MLM transformer on
 //!   LDA data puts same-topic words together in its embeddings, values and attention.
 //!
-//! The layout follows the architecture: [`data`] generates and loads data,
-//! [`models`] holds one file per model (forward/backward over preallocated
-//! buffers, on [`mechlab_engine`]), [`train`] is the generic loop, [`probes`]
-//! measure mechanisms, [`experiments`] wire them together, [`run`] is the run
-//! folder, [`config`] resolves presets, and [`commands`] is what the CLI calls.
+//! The layout follows the architecture (see `docs/architecture.md`): [`papers`]
+//! holds one folder per paper (its config, data, models, probes and verdicts,
+//! behind the [`experiment::Paper`] trait); [`experiment`] is the trait and the
+//! open [`experiment::Registry`]; [`train`] is the generic loop, [`run`] the run
+//! folder, [`config`] preset resolution, [`commands`] what the CLI calls, and
+//! [`cli`] the command line as a library entry point that takes a registry.
+//!
+//! ```
+//! let registry = mechlab::experiment::Registry::builtin();
+//! assert_eq!(registry.find("induction").map(|e| e.name()), Some("induction"));
+//! ```
 
+pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod experiment;

@@ -53,7 +53,7 @@ fn run_small(dir: &Path, out: &str, extra: &[&str]) -> PathBuf {
 fn list_shows_every_preset_with_a_description() {
     let tmp = tempfile::tempdir().unwrap();
     let out = ok(tmp.path(), &["list"]);
-    for p in mechlab::config::presets::PRESETS {
+    for p in mechlab::config::presets::all() {
         let line = out
             .lines()
             .find(|l| l.starts_with(p.name))
@@ -68,6 +68,7 @@ fn run_writes_the_run_folder_and_report_rebuilds_from_it() {
     let run = run_small(tmp.path(), "r", &[]);
     for f in [
         "config.toml",
+        "run.json",
         "metrics.jsonl",
         "summary.json",
         "report.html",
@@ -77,13 +78,17 @@ fn run_writes_the_run_folder_and_report_rebuilds_from_it() {
         assert!(run.join(f).is_file(), "{f} missing");
     }
     let cfg = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    // The command line is data in run.json, not a comment in the config.
+    assert!(!cfg.starts_with('#'), "{cfg}");
+    let origin = mechlab::run::read_origin(&run).expect("run.json");
     assert!(
-        cfg.lines()
-            .nth(1)
-            .unwrap()
+        origin
+            .command
+            .join(" ")
             .contains("selection-synthetic --out r"),
-        "{cfg}"
+        "{origin:?}"
     );
+    assert_eq!(origin.version, env!("CARGO_PKG_VERSION"));
     assert!(cfg.contains("n_train = 128"));
     // Log-spaced checkpoints from step 0.
     for s in [0, 1, 2, 4, 512] {

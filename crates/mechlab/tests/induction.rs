@@ -5,9 +5,6 @@ use mechlab::papers::induction::simplified::{LossKind, Simplified, SimplifiedCon
 use mechlab_engine::gradcheck::{check, DEFAULT_H};
 use mechlab_engine::Parameters;
 
-#[path = "support/full_direct.rs"]
-mod full_direct;
-
 fn flat(m: &Simplified<f64>) -> Vec<f64> {
     let mut v = Vec::new();
     m.visit(&mut |p| v.extend_from_slice(p.value()));
@@ -66,8 +63,11 @@ fn gradcheck_full(loss: LossKind) {
         ..MarkovSpec::default()
     };
     let data = generate(&spec, 13).unwrap();
+    // The check's point was chosen at w+ = 1 (a milder layer-1 softmax than the
+    // experiment's default 3, where 5-point differences lose digits).
     let cfg = FullConfig {
         loss,
+        w_plus: 1.0,
         ..FullConfig::default()
     };
     let mut m = Full::<f64>::new(&cfg);
@@ -101,63 +101,6 @@ fn gradcheck_full(loss: LossKind) {
         m.loss(&data.tokens, 12, false)
     };
     check(&mut f, &x0, &g, DEFAULT_H).assert_below(1e-6, &format!("full {loss:?}"));
-}
-
-#[test]
-fn full_tables_match_the_direct_model() {
-    use full_direct::{Full as Direct, FullConfigDirect};
-    use mechlab::papers::induction::full::{Full, FullConfig};
-    let spec = MarkovSpec {
-        n_seqs: 600,
-        seq_len: 30,
-        ..MarkovSpec::default()
-    };
-    let data = generate(&spec, 17).unwrap();
-    for loss in [LossKind::Code, LossKind::Nll] {
-        let mut a = Full::<f64>::new(&FullConfig {
-            loss,
-            ..FullConfig::default()
-        });
-        let mut b = Direct::<f64>::new(&FullConfigDirect {
-            loss,
-            ..FullConfigDirect::default()
-        });
-        let mut x = Vec::new();
-        a.visit(&mut |p| x.extend_from_slice(p.value()));
-        let x: Vec<f64> = x
-            .iter()
-            .enumerate()
-            .map(|(i, v)| v + 0.5 * (i as f64 * 0.9).cos())
-            .collect();
-        let mut o = 0;
-        a.visit_mut(&mut |p| {
-            let k = p.numel();
-            p.value_mut().copy_from_slice(&x[o..o + k]);
-            o += k;
-        });
-        let mut o = 0;
-        b.visit_mut(&mut |p| {
-            let k = p.numel();
-            p.value_mut().copy_from_slice(&x[o..o + k]);
-            o += k;
-        });
-        a.zero_grad();
-        b.zero_grad();
-        let (la, lb) = (
-            a.loss(&data.tokens, 30, true),
-            b.loss(&data.tokens, 30, true),
-        );
-        assert!((la - lb).abs() < 1e-12, "{la} vs {lb}");
-        let (mut ga, mut gb) = (Vec::new(), Vec::new());
-        a.visit(&mut |p| ga.extend_from_slice(p.grad()));
-        b.visit(&mut |p| gb.extend_from_slice(p.grad()));
-        for (i, (u, v)) in ga.iter().zip(&gb).enumerate() {
-            assert!(
-                (u - v).abs() < 1e-12 * (1.0 + v.abs()),
-                "grad {i}: {u} vs {v}"
-            );
-        }
-    }
 }
 
 #[test]
@@ -211,11 +154,11 @@ fn run_short(overrides: &[&str]) -> Outcome {
     {
         mechlab::config::apply_override(&mut table, o).unwrap();
     }
-    exp.validate(&table, "test").unwrap();
+    let prepared = exp.prepare(&table, "test").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut ctx =
         mechlab::run::RunCtx::create(&dir.path().join("run"), table, "test", true).unwrap();
-    let summary = exp.run(&mut ctx).unwrap();
+    let summary = prepared.run(&mut ctx).unwrap();
     ctx.finish(&summary).unwrap();
     Outcome { summary, dir }
 }

@@ -174,9 +174,9 @@ fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, E
     for o in overrides {
         mechlab::config::apply_override(&mut table, o)?;
     }
-    exp.validate(&table, preset)?;
+    let prepared = exp.prepare(&table, preset)?;
     let mut ctx = RunCtx::create(dir, table, "test", true)?;
-    let summary = exp.run(&mut ctx)?;
+    let summary = prepared.run(&mut ctx)?;
     ctx.finish(&summary)?;
     Ok(summary)
 }
@@ -305,12 +305,13 @@ fn an_interrupted_run_resumes_to_the_same_result() {
         mechlab::config::apply_override(&mut table, o).unwrap();
     }
     let dir = tmp.path().join("b");
+    let prepared = exp.prepare(&table, "test").unwrap();
     let mut ctx = RunCtx::create(&dir, table, "test", true).unwrap();
     ctx.stop_at = Some(700);
-    assert!(exp.run(&mut ctx).is_err());
+    assert!(prepared.run(&mut ctx).is_err());
     let (mut ctx, step) = RunCtx::resume(&dir, true).unwrap();
     assert_eq!(step, 700);
-    let b = exp.run(&mut ctx).unwrap();
+    let b = prepared.run(&mut ctx).unwrap();
     assert_eq!(a, b);
 }
 

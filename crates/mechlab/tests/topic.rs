@@ -61,7 +61,7 @@ fn gradcheck(name: &str, cfg: TopicMlmConfig) {
 
 fn base() -> TopicMlmConfig {
     TopicMlmConfig {
-        dtype: "f64".into(),
+        dtype: mechlab::experiment::Dtype::F64,
         ..TopicMlmConfig::default()
     }
 }
@@ -209,14 +209,14 @@ fn table(preset: &str, overrides: &[&str]) -> toml::Table {
     {
         mechlab::config::apply_override(&mut t, o).unwrap();
     }
-    exp.validate(&t, preset).unwrap();
     t
 }
 
 fn run(dir: &Path, t: toml::Table) -> Summary {
     let exp = mechlab::experiment::find("topic").unwrap();
+    let prepared = exp.prepare(&t, "test").unwrap();
     let mut ctx = RunCtx::create(dir, t, "test", true).unwrap();
-    let s = exp.run(&mut ctx).unwrap();
+    let s = prepared.run(&mut ctx).unwrap();
     ctx.finish(&s).unwrap();
     s
 }
@@ -299,12 +299,13 @@ fn resume_is_bit_identical_with_fresh_masks_and_early_stopping() {
     let full = run(&tmp.path().join("full"), table("topic-value", &o));
     let exp = mechlab::experiment::find("topic").unwrap();
     let dir = tmp.path().join("cut");
+    let prepared = exp.prepare(&table("topic-value", &o), "test").unwrap();
     let mut ctx = RunCtx::create(&dir, table("topic-value", &o), "test", true).unwrap();
     ctx.stop_at = Some(47);
-    assert!(exp.run(&mut ctx).is_err());
+    assert!(prepared.run(&mut ctx).is_err());
     let (mut ctx, step) = RunCtx::resume(&dir, true).unwrap();
     assert_eq!(step, 47);
-    let s = exp.run(&mut ctx).unwrap();
+    let s = prepared.run(&mut ctx).unwrap();
     assert_eq!(s.metrics, full.metrics);
     let read = |d: &Path| std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
     assert_eq!(read(&dir), read(&tmp.path().join("full")));
@@ -314,22 +315,39 @@ fn resume_is_bit_identical_with_fresh_masks_and_early_stopping() {
 fn bad_settings_are_typed_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = mechlab::experiment::find("topic").unwrap();
+    // Each is refused when the config is prepared, before any run folder exists.
     for bad in [
         &["data.alpha=-1.0"][..],
-        &["model.d_model=50"],
         &["model.dtype=\"f16\""],
         &["data.min_len=0"],
+        &["data.n_topics=0"],
+        &["mlm.batch_size=0"],
     ] {
-        let mut ctx = RunCtx::create(
-            &tmp.path().join(bad[0].replace(['=', '"', '.'], "_")),
-            table("topic-value", bad),
-            "test",
-            true,
-        )
-        .unwrap();
-        let e = exp.run(&mut ctx).unwrap_err().to_string();
-        assert!(e.contains("data.") || e.contains("model."), "{e}");
+        let e = exp
+            .prepare(&table("topic-value", bad), "test.toml")
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.starts_with("test.toml:"), "{e}");
+        assert!(
+            e.contains("data.") || e.contains("model.") || e.contains("mlm."),
+            "{e}"
+        );
     }
+    // A size only the model can check is still a typed error naming the key.
+    let dir = tmp.path().join("d_model");
+    let prepared = exp
+        .prepare(&table("topic-value", &["model.d_model=50"]), "test")
+        .unwrap();
+    let mut ctx = RunCtx::create(
+        &dir,
+        table("topic-value", &["model.d_model=50"]),
+        "test",
+        true,
+    )
+    .unwrap();
+    let e = prepared.run(&mut ctx).unwrap_err().to_string();
+    assert!(e.contains("model."), "{e}");
 }
 
 /// The Wikipedia preset, shortened, on the shared vital-articles file: the
@@ -364,6 +382,9 @@ fn wikipedia_embeddings_group_lda_topics_and_broken_files_are_named() {
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let f = format!("wiki.file=\"{}\"", cut.display());
     let exp = mechlab::experiment::find("topic").unwrap();
+    let prepared = exp
+        .prepare(&table("topic-wikipedia", &[f.as_str()]), "test")
+        .unwrap();
     let mut ctx = RunCtx::create(
         &tmp.path().join("bad"),
         table("topic-wikipedia", &[f.as_str()]),
@@ -371,6 +392,6 @@ fn wikipedia_embeddings_group_lda_topics_and_broken_files_are_named() {
         true,
     )
     .unwrap();
-    let e = exp.run(&mut ctx).unwrap_err().to_string();
+    let e = prepared.run(&mut ctx).unwrap_err().to_string();
     assert!(e.contains("cut.json"), "{e}");
 }

@@ -232,51 +232,49 @@ pub(crate) fn esc(s: &str) -> String {
     out
 }
 
-/// Block-level Markdown subset: paragraphs, `- `/`* ` lists (indented lines
-/// continue an item), `#` headings.
+/// Markdown prose (CommonMark with GFM tables and strikethrough) to HTML. Raw
+/// HTML in the text is shown as text, headings sit two levels below the
+/// report's, and links keep only safe URLs, so notes cannot break the page.
 fn markdown(text: &str) -> String {
-    let mut out = String::new();
-    let mut para: Vec<&str> = Vec::new();
-    let mut list: Vec<String> = Vec::new();
-    let flush = |out: &mut String, para: &mut Vec<&str>, list: &mut Vec<String>| {
-        if !para.is_empty() {
-            let _ = writeln!(out, "<p>{}</p>", inline(&para.join("\n")));
-            para.clear();
-        }
-        if !list.is_empty() {
-            out.push_str("<ul>\n");
-            for item in list.iter() {
-                let _ = writeln!(out, "<li>{}</li>", inline(item));
-            }
-            out.push_str("</ul>\n");
-            list.clear();
-        }
+    use pulldown_cmark::{CowStr, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+    let shift = |l: HeadingLevel| match l {
+        HeadingLevel::H1 => HeadingLevel::H3,
+        HeadingLevel::H2 => HeadingLevel::H4,
+        HeadingLevel::H3 => HeadingLevel::H5,
+        _ => HeadingLevel::H6,
     };
-    for line in text.lines() {
-        let t = line.trim_start();
-        if t.is_empty() {
-            flush(&mut out, &mut para, &mut list);
-        } else if let Some(item) = t.strip_prefix("- ").or_else(|| t.strip_prefix("* ")) {
-            if !para.is_empty() {
-                flush(&mut out, &mut para, &mut list);
+    let events =
+        Parser::new_ext(text, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH).map(|e| {
+            match e {
+                Event::Html(h) | Event::InlineHtml(h) => Event::Text(h),
+                Event::Start(Tag::Heading {
+                    level,
+                    id,
+                    classes,
+                    attrs,
+                }) => Event::Start(Tag::Heading {
+                    level: shift(level),
+                    id,
+                    classes,
+                    attrs,
+                }),
+                Event::End(TagEnd::Heading(level)) => Event::End(TagEnd::Heading(shift(level))),
+                Event::Start(Tag::Link {
+                    link_type,
+                    dest_url,
+                    title,
+                    id,
+                }) if !safe_url(&dest_url) => Event::Start(Tag::Link {
+                    link_type,
+                    dest_url: CowStr::Borrowed("#"),
+                    title,
+                    id,
+                }),
+                e => e,
             }
-            list.push(item.to_string());
-        } else if t.starts_with('#') {
-            flush(&mut out, &mut para, &mut list);
-            let level = t.chars().take_while(|c| *c == '#').count();
-            let h = (level + 2).min(6);
-            let _ = writeln!(out, "<h{h}>{}</h{h}>", inline(t[level..].trim()));
-        } else if let (Some(last), true) = (list.last_mut(), line.starts_with("  ")) {
-            last.push(' ');
-            last.push_str(t);
-        } else {
-            if !list.is_empty() {
-                flush(&mut out, &mut para, &mut list);
-            }
-            para.push(t);
-        }
-    }
-    flush(&mut out, &mut para, &mut list);
+        });
+    let mut out = String::with_capacity(text.len() * 3 / 2);
+    pulldown_cmark::html::push_html(&mut out, events);
     out
 }
 
@@ -423,9 +421,27 @@ mod tests {
     #[test]
     fn blocks() {
         let html = markdown("para one\nstill one\n\n- a\n- b\n  more b\n\n## Sub\ntext");
-        assert!(html.contains("<p>para one\nstill one</p>"));
-        assert!(html.contains("<ul>\n<li>a</li>\n<li>b more b</li>\n</ul>"));
-        assert!(html.contains("<h4>Sub</h4>"));
+        assert!(html.contains("<p>para one\nstill one</p>"), "{html}");
+        assert!(html.contains("<li>a</li>"), "{html}");
+        assert!(html.contains("more b"), "{html}");
+        assert!(html.contains("<h4>Sub</h4>"), "{html}");
+    }
+
+    #[test]
+    fn markdown_tables_become_tables_and_raw_html_is_text() {
+        let html = markdown(
+            "| a | b |\n|---|---|\n| 1 | 2 |\n\n<script>x</script> [l](javascript:alert(1))",
+        );
+        assert!(
+            html.contains("<table>") && html.contains("<td>1</td>"),
+            "{html}"
+        );
+        assert!(!html.contains("| a |"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;") && !html.contains("<script>"),
+            "{html}"
+        );
+        assert!(!html.contains("javascript:"), "{html}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Row-wise ℓ2 normalisation, `y = x / max(‖x‖₂, eps)`.
+//! Row-wise ℓ2 normalisation, `y = x / max(‖x‖₂, eps)`, and its variant
+//! `y = x / (‖x‖₂ + eps)` ([`forward_plus_eps`], the induction paper's code).
 //!
 //! The forward saves each row's raw norm `‖x‖₂` in a caller buffer. The backward
 //! follows the branch the forward took: where `‖x‖ > eps`,
@@ -65,6 +66,64 @@ pub fn backward<T: Float>(
     }
 }
 
+/// `y = x / (‖x‖ + eps)` per row (the induction paper's unit-norm scaling, `eps`
+/// added rather than a floor), writing the rows' raw norms.
+pub fn forward_plus_eps<T: Float>(
+    y: &mut [T],
+    norms: &mut [T],
+    x: &[T],
+    n: usize,
+    d: usize,
+    eps: f64,
+) {
+    // x: [N, D] -> y: [N, D], norms: [N]
+    assert_eq!(x.len(), n * d, "l2norm: x is not [N, D]");
+    assert_eq!(y.len(), n * d, "l2norm: y is not [N, D]");
+    assert_eq!(norms.len(), n, "l2norm: norms is not [N]");
+    let eps = T::of(eps);
+    for r in 0..n {
+        let (xr, yr) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d]);
+        let norm = xr.iter().map(|&v| v * v).sum::<T>().sqrt();
+        yr.iter_mut()
+            .zip(xr)
+            .for_each(|(yi, &xi)| *yi = xi / (norm + eps));
+        norms[r] = norm;
+    }
+}
+
+/// Accumulates `dx` of [`forward_plus_eps`]:
+/// `dx = dy / (‖x‖ + eps) − x ⟨x, dy⟩ / (‖x‖ (‖x‖ + eps)²)`. A zero row (where
+/// the norm has no derivative) gets `dy / eps`, the map's slope along any ray.
+pub fn backward_plus_eps<T: Float>(
+    dx: &mut [T],
+    dy: &[T],
+    x: &[T],
+    norms: &[T],
+    n: usize,
+    d: usize,
+    eps: f64,
+) {
+    // dy: [N, D], x: [N, D], norms: [N] -> dx: [N, D] (+=)
+    assert_eq!(dx.len(), n * d, "l2norm: dx is not [N, D]");
+    assert_eq!(dy.len(), n * d, "l2norm: dy is not [N, D]");
+    assert_eq!(x.len(), n * d, "l2norm: x is not [N, D]");
+    assert_eq!(norms.len(), n, "l2norm: norms is not [N]");
+    let eps = T::of(eps);
+    for (r, &norm) in norms.iter().enumerate() {
+        let s = r * d..(r + 1) * d;
+        let (dxr, dyr, xr) = (&mut dx[s.clone()], &dy[s.clone()], &x[s]);
+        let den = norm + eps;
+        let coef = if norm > T::zero() {
+            xr.iter().zip(dyr).map(|(&a, &b)| a * b).sum::<T>() / (norm * den * den)
+        } else {
+            T::zero()
+        };
+        for ((g, &dyi), &xi) in dxr.iter_mut().zip(dyr).zip(xr) {
+            *g += dyi / den - xi * coef;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +170,40 @@ mod tests {
             &x,
             &accumulated(&dx, &dx0),
         );
+    }
+
+    #[test]
+    fn gradcheck_plus_eps() {
+        let (n, d, eps) = (3, 4, 0.3);
+        let mut r = rng(14);
+        let x = uniform(&mut r, n * d);
+        let seed = uniform(&mut r, n * d);
+        let run = |x: &[f64]| {
+            let (mut y, mut nm) = (vec![0.0; n * d], vec![0.0; n]);
+            forward_plus_eps(&mut y, &mut nm, x, n, d, eps);
+            let l = y.iter().zip(&seed).map(|(a, b)| a * b + a * a).sum::<f64>();
+            (l, y, nm)
+        };
+        let (_, y, nm) = run(&x);
+        let norm0 = x[..d].iter().map(|v| v * v).sum::<f64>().sqrt();
+        assert_eq!((nm[0], y[1]), (norm0, x[1] / (norm0 + eps)));
+        let dy: Vec<f64> = y.iter().zip(&seed).map(|(a, b)| b + 2.0 * a).collect();
+        let dx0 = uniform(&mut r, n * d);
+        let mut dx = dx0.clone();
+        backward_plus_eps(&mut dx, &dy, &x, &nm, n, d, eps);
+        assert_grad(
+            "l2norm plus eps dx",
+            &mut |v: &[f64]| run(v).0,
+            &x,
+            &accumulated(&dx, &dx0),
+        );
+        // a zero row maps to zero and passes dy / eps
+        let (mut y, mut nm) = ([9.0; 2], [9.0]);
+        forward_plus_eps(&mut y, &mut nm, &[0.0, 0.0], 1, 2, 0.5);
+        assert_eq!((y, nm), ([0.0, 0.0], [0.0]));
+        let mut dx = [0.0; 2];
+        backward_plus_eps(&mut dx, &[1.0, -2.0], &[0.0, 0.0], &nm, 1, 2, 0.5);
+        assert_eq!(dx, [2.0, -4.0]);
     }
 
     #[test]

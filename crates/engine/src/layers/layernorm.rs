@@ -5,7 +5,9 @@
 //! forward saves `μ` and `rstd` per row in caller buffers for the backward:
 //! with `g = dy ⊙ γ`, `dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))`,
 //! `dγ = Σ_rows dy ⊙ x̂`, `dβ = Σ_rows dy`. (A layer without affine parameters is
-//! `γ = 1`, `β = 0` with no `dγ`, `dβ` requested.)
+//! `γ = 1`, `β = 0` with no `dγ`, `dβ` requested.) Means divide by `D` (rather than
+//! multiply by `1/D`, which is inexact for most `D`), as the models always have, so
+//! their numbers did not move when they switched to this layer.
 //!
 //! ```
 //! use mechlab_engine::layers::layernorm;
@@ -44,11 +46,11 @@ pub fn forward<T: Float>(
         (d, d),
         "layernorm: gamma/beta are not [D]"
     );
-    let (inv_d, eps) = (T::one() / T::of_usize(d.max(1)), T::of(eps));
+    let (nd, eps) = (T::of_usize(d.max(1)), T::of(eps));
     for r in 0..n {
         let (xr, yr) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d]);
-        let mu = xr.iter().copied().sum::<T>() * inv_d;
-        let var = xr.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() * inv_d;
+        let mu = xr.iter().copied().sum::<T>() / nd;
+        let var = xr.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() / nd;
         let s = T::one() / (var + eps).sqrt();
         for (((yi, &xi), &g), &b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
             *yi = (xi - mu) * s * g + b;
@@ -88,7 +90,7 @@ pub fn backward<T: Float>(
     if let Some(b) = dbeta.as_deref() {
         assert_eq!(b.len(), d, "layernorm: dbeta is not [D]");
     }
-    let inv_d = T::one() / T::of_usize(d.max(1));
+    let nd = T::of_usize(d.max(1));
     for r in 0..n {
         let s = r * d..(r + 1) * d;
         let (xr, dyr, dxr) = (&x[s.clone()], &dy[s.clone()], &mut dx[s]);
@@ -100,7 +102,7 @@ pub fn backward<T: Float>(
             mg += g;
             mgx += g * xh;
         }
-        (mg, mgx) = (mg * inv_d, mgx * inv_d);
+        (mg, mgx) = (mg / nd, mgx / nd);
         for (c, ((&xi, &dyi), &gi)) in xr.iter().zip(dyr).zip(gamma).enumerate() {
             let xh = (xi - mu) * rs;
             dxr[c] += rs * (dyi * gi - mg - xh * mgx);

@@ -127,10 +127,11 @@ pub fn cross_entropy_logits<T: Float>(
             *di = (zi - m).exp();
             sum += *di;
         }
-        // loss = log Σ exp(z − m) − (z_y − m)
-        total += sum.ln().as_f64() - (z[y] - m).as_f64();
-        let inv = T::one() / sum;
-        d.iter_mut().for_each(|x| *x = *x * inv * tw);
+        // loss = log Σ exp(z − m) + m − z_y, in `T` and in this order, and
+        // `softmax = exp / sum` by a division: the order the induction models'
+        // fused loss always used, so they call this without their numbers moving.
+        total += (sum.ln() + m - z[y]).as_f64();
+        d.iter_mut().for_each(|x| *x = *x / sum * tw);
         d[y] -= tw;
     }
     LossOut {
@@ -151,13 +152,27 @@ pub fn cross_entropy_probs<T: Float>(
     red: Reduction,
 ) -> LossOut {
     // p: [R, V], labels: [R] -> dp: [R, V]
+    cross_entropy_probs_floor(dp, p, labels, v, red, PROB_FLOOR)
+}
+
+/// [`cross_entropy_probs`] with the clamp at `floor` instead of [`PROB_FLOOR`]
+/// (a model whose config sets its own floor): `ℓ = −log max(p_y, floor)`.
+pub fn cross_entropy_probs_floor<T: Float>(
+    dp: &mut [T],
+    p: &[T],
+    labels: &[Option<usize>],
+    v: usize,
+    red: Reduction,
+    floor: f64,
+) -> LossOut {
+    // p: [R, V], labels: [R] -> dp: [R, V]
     let r = labels.len();
     assert_eq!(p.len(), r * v, "cross_entropy_probs: p is not [R, V]");
     assert_eq!(dp.len(), r * v, "cross_entropy_probs: dp is not [R, V]");
     dp.iter_mut().for_each(|x| *x = T::zero());
     let count = labels.iter().filter(|l| l.is_some()).count();
     let w = weight(red, count);
-    let floor = T::of(PROB_FLOOR);
+    let floor = T::of(floor);
     let mut total = 0.0;
     for (i, y) in labels.iter().enumerate() {
         let Some(y) = *y else { continue };
@@ -305,6 +320,17 @@ mod tests {
         let out = cross_entropy_probs(&mut d, &p, &[Some(0), Some(0)], 2, Sum);
         assert!((out.loss - (-(0.2f64).ln() - PROB_FLOOR.ln())).abs() < 1e-12);
         assert_eq!(d, [-5.0, 0.0, 0.0, 0.0]);
+        // a floor of the caller's: clamped rows give −log floor and no gradient
+        let out = cross_entropy_probs_floor(&mut d, &p, &[Some(0), Some(1)], 2, Mean, 0.5);
+        assert!((out.loss - 0.5 * (-(0.5f64).ln() - 0.0)).abs() < 1e-15);
+        assert_eq!(d, [0.0, 0.0, 0.0, -0.5]);
+        let x = [0.7, 0.3, 0.9, 0.6];
+        let mut d = [0.0; 4];
+        cross_entropy_probs_floor(&mut d, &x, &[Some(1), Some(0)], 2, Sum, 1e-8);
+        let mut loss = |x: &[f64]| {
+            cross_entropy_probs_floor(&mut [0.0; 4], x, &[Some(1), Some(0)], 2, Sum, 1e-8).loss
+        };
+        assert_grad("ce probs floor", &mut loss, &x, &d);
     }
 
     #[test]

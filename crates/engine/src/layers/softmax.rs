@@ -80,9 +80,10 @@ pub fn row_in_place<T: Float>(row: &mut [T], keep: impl Fn(usize) -> bool) {
         *v = if keep(j) { (*v - m).exp() } else { T::zero() };
         sum += *v;
     }
-    // sum >= 1: the maximum contributes exp(0).
-    let inv = T::one() / sum;
-    row.iter_mut().for_each(|v| *v *= inv);
+    // sum >= 1: the maximum contributes exp(0). A division rather than a product
+    // with `1/sum`: it is the last bit more accurate, and it is what the models'
+    // fused kernels compute, so an engine-layer reference matches them bit for bit.
+    row.iter_mut().for_each(|v| *v /= sum);
 }
 
 /// One row's backward in place: `g ← p ⊙ (g − ⟨g, p⟩)` (turns `dp` into `dz`).

@@ -7,7 +7,7 @@ pub mod reproduce;
 pub mod sweep;
 
 use crate::config::{self, presets, ConfigError};
-use crate::experiment::{self, Experiment, ExperimentError};
+use crate::experiment::{self, Experiment, ExperimentError, Prepared};
 use crate::run::progress::Progress;
 use crate::run::summary::Summary;
 use crate::run::RunCtx;
@@ -18,6 +18,8 @@ use std::sync::Arc;
 pub struct Resolved {
     pub table: toml::Table,
     pub experiment: &'static dyn Experiment,
+    /// The typed, validated config, ready to run.
+    pub prepared: Prepared,
     /// The preset name or the file's stem: the default run name.
     pub label: String,
 }
@@ -47,7 +49,7 @@ pub fn resolve(
     } else {
         return Err(ConfigError::UnknownSource {
             name: source.to_string(),
-            suggestion: config::closest(source, presets::PRESETS.iter().map(|p| p.name)),
+            suggestion: config::closest(source, presets::all().iter().map(|p| p.name)),
         });
     };
     let exp_name = file_table
@@ -67,11 +69,12 @@ pub fn resolve(
     if let Some(seed) = seed {
         table.insert("seed".into(), toml::Value::Integer(seed as i64));
     }
-    // Fail now, before a folder is made, if the typed config does not accept it.
-    experiment.validate(&table, &file_label)?;
+    // Parse and validate once, now, before any folder is made.
+    let prepared = experiment.prepare(&table, &file_label)?;
     Ok(Resolved {
         table,
         experiment,
+        prepared,
         label,
     })
 }
@@ -113,7 +116,7 @@ pub fn run_with_progress(
     let mut ctx = RunCtx::create(dir, resolved.table.clone(), command, quiet)?;
     ctx.progress = progress;
     tracing::info!(run = %dir.display(), experiment = resolved.experiment.name(), "run started");
-    let summary = resolved.experiment.run(&mut ctx)?;
+    let summary = resolved.prepared.run(&mut ctx)?;
     tracing::info!(run = %dir.display(), pass = summary.all_pass(), "run finished");
     ctx.finish(&summary)?;
     report::build(dir)?;
@@ -129,8 +132,10 @@ pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
         name: name.clone(),
         suggestion: None,
     })?;
+    let file = dir.join("config.toml").display().to_string();
+    let prepared = exp.prepare(ctx.config(), &file)?;
     tracing::info!(run = %dir.display(), experiment = %name, "resuming");
-    let summary = exp.run(&mut ctx)?;
+    let summary = prepared.run(&mut ctx)?;
     ctx.finish(&summary)?;
     report::build(dir)?;
     Ok(summary)
@@ -138,8 +143,8 @@ pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
 
 /// `(name, experiment, description)` of every preset.
 pub fn list() -> Vec<(String, String, String)> {
-    presets::PRESETS
-        .iter()
+    presets::all()
+        .into_iter()
         .map(|p| (p.name.to_string(), p.experiment(), p.description()))
         .collect()
 }

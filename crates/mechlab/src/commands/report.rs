@@ -5,7 +5,7 @@
 //! `report.html` (self-contained) and `report.md`.
 
 use crate::experiment;
-use crate::run::{atomic, io_err, read_summary, RunError};
+use crate::run::{atomic, io_err, read_origin, read_summary, RunError};
 use mechlab_report::{Block, Report, Section};
 use std::path::Path;
 
@@ -27,12 +27,9 @@ pub fn document(dir: &Path) -> Result<(Report, Vec<mechlab_report::Figure>), Run
     };
     let cfg_path = dir.join("config.toml");
     let config_text = std::fs::read_to_string(&cfg_path).map_err(io_err(&cfg_path))?;
-    let command = config_text
-        .lines()
-        .nth(1)
-        .and_then(|l| l.strip_prefix("# "))
-        .unwrap_or("")
-        .to_string();
+    let command = read_origin(dir)
+        .map(|o| o.command.join(" "))
+        .unwrap_or_default();
     let description = toml::from_str::<toml::Table>(&config_text)
         .ok()
         .and_then(|t| {

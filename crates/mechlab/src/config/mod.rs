@@ -244,6 +244,15 @@ pub fn typed<C: serde::de::DeserializeOwned>(table: &Table, file: &str) -> Resul
         })
 }
 
+/// The config name of an enum value (`Dtype::F32` → `f32`), for notes and reports.
+pub fn name_of<T: serde::Serialize>(value: &T) -> String {
+    match Value::try_from(value) {
+        Ok(Value::String(s)) => s,
+        Ok(v) => v.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
 /// Serialises an experiment's default typed config into the table of every valid key.
 pub fn table_of<C: serde::Serialize>(cfg: &C) -> Table {
     Table::try_from(cfg).expect("experiment configs serialise to TOML tables")

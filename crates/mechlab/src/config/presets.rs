@@ -1,7 +1,9 @@
 //! Presets: TOML configs embedded in the binary, listed by `mechlab list`.
 //!
 //! Each lives in `crates/mechlab/presets/<name>.toml`, names its `experiment`, and
-//! carries a one-line `description`.
+//! carries a one-line `description`. A paper lists its own presets
+//! ([`crate::experiment::Paper::presets`], built with [`crate::preset!`]); the
+//! registry gathers them.
 
 /// An embedded preset.
 #[derive(Clone, Copy, Debug)]
@@ -10,36 +12,30 @@ pub struct Preset {
     pub text: &'static str,
 }
 
-#[allow(unused_macros)]
+/// An embedded preset from `crates/mechlab/presets/<name>.toml`.
+#[macro_export]
 macro_rules! preset {
     ($name:literal) => {
-        Preset {
+        $crate::config::presets::Preset {
             name: $name,
-            text: include_str!(concat!("../../presets/", $name, ".toml")),
+            text: include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/presets/",
+                $name,
+                ".toml"
+            )),
         }
     };
 }
 
-/// Every preset, in `mechlab list` order.
-pub const PRESETS: &[Preset] = &[
-    preset!("induction-simplified"),
-    preset!("induction-staged"),
-    preset!("induction-full"),
-    preset!("induction-bigram"),
-    preset!("induction-noncontiguous"),
-    preset!("selection-synthetic"),
-    preset!("selection-imdb"),
-    preset!("selection-yelp"),
-    preset!("topic-value"),
-    preset!("topic-embedding"),
-    preset!("topic-attention"),
-    preset!("topic-two-stage"),
-    preset!("topic-wikipedia"),
-];
+/// Every registered paper's presets, in `mechlab list` order.
+pub fn all() -> Vec<&'static Preset> {
+    crate::experiment::registry().presets()
+}
 
-/// The preset called `name`.
+/// The registered preset called `name`.
 pub fn find(name: &str) -> Option<&'static Preset> {
-    PRESETS.iter().find(|p| p.name == name)
+    crate::experiment::find_preset(name)
 }
 
 impl Preset {

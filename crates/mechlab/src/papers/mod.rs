@@ -8,3 +8,14 @@
 pub mod induction;
 pub mod selection;
 pub mod topic;
+
+use crate::experiment::Experiment;
+
+/// The built-in papers, in `mechlab list` and `mechlab reproduce` order.
+pub fn builtin() -> Vec<&'static dyn Experiment> {
+    vec![
+        &induction::Induction,
+        &selection::Selection,
+        &topic::TopicExperiment,
+    ]
+}

@@ -123,9 +123,12 @@ fn push_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// One logged event: `event`, `step` and the values, as JSON.
+pub type Record = Map<String, Value>;
+
 /// Reads every record of a `metrics.jsonl`. A malformed line is an error naming the
 /// file and line.
-pub fn read(path: &Path) -> Result<Vec<Map<String, Value>>, String> {
+pub fn read(path: &Path) -> Result<Vec<Record>, String> {
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(f).lines().enumerate() {

@@ -4,7 +4,8 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `config.toml` | the resolved config (every key), headed by the exact command line |
+//! | `config.toml` | the resolved config (every key) |
+//! | `run.json` | how the run was made: the command line (as a list of arguments) and the mechlab version |
 //! | `metrics.jsonl` | one JSON object per log event |
 //! | `checkpoints/step_XXXXXX.safetensors` | parameters, optimiser state and position, log-spaced then every N steps |
 //! | `figures/<id>.{json,svg,png}` | each figure as data, and rendered |
@@ -125,13 +126,16 @@ impl RunCtx {
         for sub in ["checkpoints", "figures"] {
             std::fs::create_dir_all(dir.join(sub)).map_err(io_err(dir))?;
         }
-        let text = format!(
-            "# mechlab run, made by:\n# {}\n{}",
-            command.replace('\n', " "),
-            toml::to_string(&config).expect("a TOML table serialises")
-        );
+        let text = toml::to_string(&config).expect("a TOML table serialises");
         let cfg_path = dir.join("config.toml");
         atomic::write(&cfg_path, text.as_bytes()).map_err(io_err(&cfg_path))?;
+        let made = RunOrigin {
+            command: command.split_whitespace().map(String::from).collect(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        let origin_path = dir.join("run.json");
+        let text = serde_json::to_string_pretty(&made).expect("JSON serialises");
+        atomic::write(&origin_path, text.as_bytes()).map_err(io_err(&origin_path))?;
         let mpath = dir.join("metrics.jsonl");
         let metrics = MetricsLog::create(&mpath).map_err(io_err(&mpath))?;
         Self::with(dir, config, quiet, metrics, false)
@@ -220,12 +224,19 @@ impl RunCtx {
         self.dir.join("figures")
     }
 
-    /// The config as the experiment's typed struct.
-    pub fn typed<C: serde::de::DeserializeOwned>(&self) -> Result<C, ConfigError> {
-        config::typed(
-            &self.config,
-            &self.dir.join("config.toml").display().to_string(),
-        )
+    /// Appends one event to `metrics.jsonl` (see [`MetricsLog::log`]).
+    pub fn log(&mut self, event: &str, step: u64, values: &[(&str, f64)]) -> Result<(), RunError> {
+        let path = self.dir.join("metrics.jsonl");
+        self.metrics.log(event, step, values).map_err(io_err(&path))
+    }
+
+    /// Every event logged so far, read back from `metrics.jsonl` (for figures).
+    pub fn records(&self) -> Result<Vec<metrics::Record>, RunError> {
+        let path = self.dir.join("metrics.jsonl");
+        metrics::read(&path).map_err(|reason| RunError::Folder {
+            path: path.display().to_string(),
+            reason,
+        })
     }
 
     /// Records a figure (as JSON data; `mechlab report` renders it).
@@ -284,6 +295,22 @@ impl RunCtx {
         let timing = serde_json::json!({ "seconds": self.started.elapsed().as_secs_f64(), "resumed": self.resuming });
         atomic::write(&tpath, timing.to_string().as_bytes()).map_err(io_err(&tpath))
     }
+}
+
+/// `run.json`: how a run was made, kept as data so that reports and tools read
+/// it without parsing comments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunOrigin {
+    /// The command line, one argument per element.
+    pub command: Vec<String>,
+    /// The mechlab version that made the run.
+    pub version: String,
+}
+
+/// Reads a run's `run.json` (`None` for a folder made before it existed).
+pub fn read_origin(dir: &Path) -> Option<RunOrigin> {
+    let text = std::fs::read_to_string(dir.join("run.json")).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// One recorded activation tensor (row-major `f64`).

@@ -41,9 +41,9 @@ pub struct StageConfig {
     pub groups: Vec<String>,
     pub steps: u64,
     pub lr: f64,
-    /// Empty: the section's `optimizer`.
-    #[serde(default)]
-    pub optimizer: String,
+    /// Absent: the section's `optimizer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<OptimizerKind>,
 }
 
 /// The `[train]` section.
@@ -118,18 +118,7 @@ impl TrainConfig {
         self.stages
             .iter()
             .map(|s| {
-                let optimizer = if s.optimizer.is_empty() {
-                    self.optimizer
-                } else {
-                    toml::Value::String(s.optimizer.clone())
-                        .try_into()
-                        .map_err(|_| {
-                            format!(
-                                "train.stages `{}`: unknown optimizer `{}` (sgd, normalized_gd, adam, adamw)",
-                                s.name, s.optimizer
-                            )
-                        })?
-                };
+                let optimizer = s.optimizer.unwrap_or(self.optimizer);
                 Ok(Stage {
                     name: s.name.clone(),
                     groups: s.groups.clone(),

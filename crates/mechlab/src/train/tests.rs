@@ -92,14 +92,14 @@ fn cfg() -> TrainConfig {
                 groups: vec!["weights".into()],
                 steps: 30,
                 lr: 0.2,
-                optimizer: String::new(),
+                optimizer: None,
             },
             StageConfig {
                 name: "all".into(),
                 groups: vec![],
                 steps: 30,
                 lr: 0.3,
-                optimizer: "sgd".into(),
+                optimizer: Some(OptimizerKind::Sgd),
             },
         ],
         ..Default::default()

@@ -25,28 +25,20 @@
 //! assert!(d.tokens.iter().all(|&t| (t as usize) < spec.vocab));
 //! ```
 
+use mechlab_engine::layers::loss::{self, Reduction};
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-/// How the transition tables and the last token are drawn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the transition tables and the last token are drawn (`data.variant`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Variant {
+    /// `ngram`: the paper's n-gram chain.
+    #[default]
+    #[serde(rename = "ngram")]
     NGram,
     RedrawLast,
     DoublyStochastic,
-}
-
-impl Variant {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "ngram" => Ok(Variant::NGram),
-            "redraw_last" => Ok(Variant::RedrawLast),
-            "doubly_stochastic" => Ok(Variant::DoublyStochastic),
-            _ => Err(format!(
-                "data.variant `{s}`: expected ngram, redraw_last or doubly_stochastic"
-            )),
-        }
-    }
 }
 
 /// What to generate.
@@ -319,14 +311,17 @@ pub fn predict(data: &MarkovData, b: usize, which: &Baseline, out: &mut [f64]) {
 
 /// The code loss: cross-entropy of the probability vector `p` used as logits,
 /// `−p_y + log Σ_k exp(p_k)`.
+/// The engine's loss, which the models train on, so baselines and models compare
+/// like with like.
 pub fn code_loss(p: &[f64], y: usize) -> f64 {
-    let lse = p.iter().map(|v| v.exp()).sum::<f64>().ln();
-    lse - p[y]
+    let mut dp = vec![0.0; p.len()]; // the gradient, unused (evaluation only)
+    loss::cross_entropy_probs_as_logits(&mut dp, p, &[Some(y)], p.len(), Reduction::Sum).loss
 }
 
-/// The true loss `−log max(p_y, floor)`.
+/// The true loss `−log max(p_y, floor)` (the engine's).
 pub fn nll(p: &[f64], y: usize, floor: f64) -> f64 {
-    -(p[y].max(floor)).ln()
+    let mut dp = vec![0.0; p.len()];
+    loss::cross_entropy_probs_floor(&mut dp, p, &[Some(y)], p.len(), Reduction::Sum, floor).loss
 }
 
 /// Mean code loss and mean true loss (floor `1e-8`) of a baseline over `data`.

@@ -22,6 +22,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::layer2::{subsets, window, Layer2, LossKind};
+use mechlab_engine::layers::{layernorm, softmax};
 use mechlab_engine::{param, Float, Param, Parameters};
 
 pub use super::layer2::CHUNK;
@@ -52,7 +53,7 @@ impl Default for FullConfig {
             d_vocab: 3,
             n_heads: 3,
             degree: 2,
-            w_plus: 1.0,
+            w_plus: 3.0,
             w_minus: 0.01,
             c_init: 0.01,
             a_init: 0.01,
@@ -89,9 +90,10 @@ pub struct Full<T: Float> {
     pub subsets: Vec<u32>,
     qk: Vec<T>,       // [H, S, S]: W_Q W_Kᵀ
     p_tab: Vec<T>,    // [H, C, H+1]: layer-1 pattern (self, then distances h+1..)
-    o_tab: Vec<T>,    // [H, C, S]
-    xhat_tab: Vec<T>, // [H, C, S]
-    rstd_tab: Vec<T>, // [H, C]
+    o_tab: Vec<T>,    // [H, C, S]: attention output
+    pre_tab: Vec<T>,  // [H, C, S]: o · W_OV, the LayerNorm's input
+    mean_tab: Vec<T>, // [H, C]: its mean
+    rstd_tab: Vec<T>, // [H, C]: and 1/std
     dm: Vec<T>,       // [H, S, S]
     /// Head codes `C = (S+1)^(H+1)`: own token, then the `H` band tokens.
     l2: Layer2<T>,
@@ -157,7 +159,8 @@ impl<T: Float> Full<T> {
             qk: z(h * s * s),
             p_tab: z(h * nc * (h + 1)),
             o_tab: z(h * nc * s),
-            xhat_tab: z(h * nc * s),
+            pre_tab: z(h * nc * s),
+            mean_tab: z(h * nc),
             rstd_tab: z(h * nc),
             dm: z(h * s * s),
             l2,
@@ -184,7 +187,6 @@ impl<T: Float> Full<T> {
         let w = self.w.value();
         let ov = self.wov.value();
         let (lw, lb) = (self.ln_w.value(), self.ln_b.value());
-        let eps = T::of(LN_EPS);
         let mut o = [T::zero(); 64];
         for hd in 0..h {
             for code in 0..nc {
@@ -198,26 +200,17 @@ impl<T: Float> Full<T> {
                         T::zero()
                     }
                 };
+                // logits of the self key and the band's existing distances; the
+                // missing ones (j ≥ m) are masked out of the softmax
                 pr[0] = (if me < s { qk(me) } else { T::zero() }) + T::of(SELF_LOGIT);
-                let mut mx = pr[0];
                 for j in 0..h {
                     pr[1 + j] = if j < m {
                         qk(band[j]) + w[(hd + j) * h + hd]
                     } else {
-                        T::neg_infinity()
-                    };
-                    mx = mx.max(pr[1 + j]);
-                }
-                let mut sum = T::zero();
-                for v in pr.iter_mut() {
-                    *v = if *v == T::neg_infinity() {
                         T::zero()
-                    } else {
-                        (*v - mx).exp()
                     };
-                    sum += *v;
                 }
-                pr.iter_mut().for_each(|v| *v /= sum);
+                softmax::row_in_place(pr, |k| k <= m);
                 o[..s].iter_mut().for_each(|v| *v = T::zero());
                 if me < s {
                     o[me] += pr[0];
@@ -227,21 +220,22 @@ impl<T: Float> Full<T> {
                 }
                 let base = (hd * nc + code) * s;
                 self.o_tab[base..base + s].copy_from_slice(&o[..s]);
-                let mut pre = [T::zero(); 64];
-                let mut mean = T::zero();
+                let pre = &mut self.pre_tab[base..base + s];
                 for k in 0..s {
                     pre[k] = (0..s).map(|j| o[j] * ov[(hd * s + j) * s + k]).sum();
-                    mean += pre[k];
                 }
-                mean /= T::of_usize(s);
-                let var: T = (0..s).map(|k| (pre[k] - mean).powi(2)).sum::<T>() / T::of_usize(s);
-                let rstd = T::one() / (var + eps).sqrt();
-                self.rstd_tab[hd * nc + code] = rstd;
-                for k in 0..s {
-                    let xh = (pre[k] - mean) * rstd;
-                    self.xhat_tab[base + k] = xh;
-                    self.l2.v_tab[base + k] = xh * lw[k] + lb[k];
-                }
+                let r = hd * nc + code;
+                layernorm::forward(
+                    &mut self.l2.v_tab[base..base + s],
+                    &mut self.mean_tab[r..r + 1],
+                    &mut self.rstd_tab[r..r + 1],
+                    pre,
+                    lw,
+                    lb,
+                    1,
+                    s,
+                    LN_EPS,
+                );
             }
         }
     }
@@ -285,7 +279,7 @@ impl<T: Float> Full<T> {
     fn run(&mut self, tokens: &[u8], l: usize, grad: bool, out: Option<&mut [T]>) -> T {
         let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.l2.nc);
         self.layer1();
-        let (a, floor) = (self.a.value()[0], T::of(self.cfg.nll_floor));
+        let (a, floor) = (self.a.value()[0], self.cfg.nll_floor);
         let loss = self.l2.run(
             tokens,
             l,
@@ -305,7 +299,6 @@ impl<T: Float> Full<T> {
         self.dm.iter_mut().for_each(|x| *x = T::zero());
         let p = s + 1;
         let k1 = h + 1;
-        let ns = T::of_usize(s);
         let ov: Vec<T> = self.wov.value().to_vec();
         let lw: Vec<T> = self.ln_w.value().to_vec();
         for hd in 0..h {
@@ -317,21 +310,20 @@ impl<T: Float> Full<T> {
                 {
                     continue;
                 }
-                let mut dxh = [T::zero(); 64];
-                for k in 0..s {
-                    let dv = self.l2.dv_tab[base + k];
-                    self.ln_w.grad_mut()[k] += dv * self.xhat_tab[base + k];
-                    self.ln_b.grad_mut()[k] += dv;
-                    dxh[k] = dv * lw[k];
-                }
-                let xh = &self.xhat_tab[base..base + s];
-                let m1: T = dxh[..s].iter().copied().sum::<T>() / ns;
-                let m2: T = (0..s).map(|k| dxh[k] * xh[k]).sum::<T>() / ns;
-                let rstd = self.rstd_tab[hd * nc + code];
+                let r = hd * nc + code;
                 let mut dpre = [T::zero(); 64];
-                for k in 0..s {
-                    dpre[k] = rstd * (dxh[k] - m1 - xh[k] * m2);
-                }
+                layernorm::backward(
+                    &mut dpre[..s],
+                    Some(self.ln_w.grad_mut()),
+                    Some(self.ln_b.grad_mut()),
+                    &self.l2.dv_tab[base..base + s],
+                    &self.pre_tab[base..base + s],
+                    &self.mean_tab[r..r + 1],
+                    &self.rstd_tab[r..r + 1],
+                    &lw,
+                    1,
+                    s,
+                );
                 let o = &self.o_tab[base..base + s];
                 let mut dob = [T::zero(); 64];
                 let gov = self.wov.grad_mut();

@@ -20,35 +20,33 @@
 //!
 //! Codes are base `S + 1` numbers, the nearest token the least significant digit;
 //! a window or head code with the own token puts it in the lowest digit. The
-//! sequences run in fixed chunks of [`CHUNK`] whose partials are summed in chunk
-//! order, so the result is bit-identical for any thread count.
+//! sequences run in the engine's fixed-size chunks ([`parallel::sized_chunks`])
+//! whose partials are summed in chunk order, so the result is bit-identical for any
+//! thread count. The losses are the engine's ([`loss`]); the layer-2 softmax and
+//! the mixing `ŷ = Σ_l p_l e_{x_l}` stay fused with the table lookups (the test
+//! `tests/induction_reference.rs` checks them against engine layers).
 
 // Index loops read like the equations here.
 #![allow(clippy::needless_range_loop)]
 
+use mechlab_engine::layers::loss::{self, Reduction};
+use mechlab_engine::parallel::{self, sized_chunk_range, sized_chunks};
 use mechlab_engine::{Float, Param};
 use rayon::prelude::*;
 
-/// Sequences per work chunk: fixed, so the summation order never depends on threads.
-pub const CHUNK: usize = 512;
+/// Sequences per work chunk: the engine's [`parallel::CHUNK_ITEMS`] (kept under
+/// this name for the models' callers).
+pub const CHUNK: usize = parallel::CHUNK_ITEMS;
 
-/// Which loss a step minimises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which loss a step minimises (`model.loss`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LossKind {
     /// Cross-entropy of ŷ treated as logits (the authors' code).
+    #[default]
     Code,
     /// `−log max(ŷ_y, floor)`.
     Nll,
-}
-
-impl LossKind {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "code" => Ok(LossKind::Code),
-            "nll" => Ok(LossKind::Nll),
-            _ => Err(format!("model.loss `{s}`: expected code or nll")),
-        }
-    }
 }
 
 /// The kernel's subsets `δ` (bit `c` = component `c`), `|δ| ≤ degree`, in the order
@@ -238,7 +236,7 @@ impl<T: Float> Layer2<T> {
             self.l = l;
         }
         let cells = self.n_tab.len();
-        while self.work.len() < n.div_ceil(CHUNK) {
+        while self.work.len() < sized_chunks(n) {
             self.work.push(Work {
                 win: vec![0; l + 1],
                 kidx: vec![0; l],
@@ -304,7 +302,7 @@ impl<T: Float> Layer2<T> {
         c: &[T],
         a: T,
         loss: LossKind,
-        floor: T,
+        floor: f64,
     ) -> T {
         let n = tokens.len() / (l + 1);
         let (h, s) = (self.h, self.s);
@@ -327,9 +325,12 @@ impl<T: Float> Layer2<T> {
             scale: T::one() / T::of_usize(n.max(1)),
             grad,
         };
-        let chunks = n.div_ceil(CHUNK);
+        let chunks = sized_chunks(n);
         let work = &mut self.work[..chunks];
-        let per = |ci: usize| &tokens[ci * CHUNK * (l + 1)..((ci + 1) * CHUNK).min(n) * (l + 1)];
+        let per = |ci: usize| {
+            let r = sized_chunk_range(n, ci);
+            &tokens[r.start * (l + 1)..r.end * (l + 1)]
+        };
         match out {
             Some(o) => {
                 let mut outs: Vec<&mut [T]> = o.chunks_mut(CHUNK * s).collect();
@@ -465,7 +466,7 @@ struct Ctx<'a, T> {
     wk_index: &'a [u32],
     e_tab: &'a [T],
     loss: LossKind,
-    floor: T,
+    floor: f64,
     scale: T,
     grad: bool,
 }
@@ -516,25 +517,18 @@ impl<T: Float> Ctx<'_, T> {
                 wk.p[i] *= inv;
                 yhat[x[i] as usize] += wk.p[i];
             }
-            // --- loss and dL/dŷ ---
-            match self.loss {
+            // --- loss and dL/dŷ (per sequence; the mean's 1/n comes below) ---
+            let (yh, gy, label) = (&yhat[..s], &mut g[..s], [Some(y)]);
+            let lo = match self.loss {
                 LossKind::Code => {
-                    let m = yhat[..s].iter().fold(T::neg_infinity(), |a, b| a.max(*b));
-                    let ze: T = yhat[..s].iter().map(|v| (*v - m).exp()).sum();
-                    wk.loss += ze.ln() + m - yhat[y];
-                    for k in 0..s {
-                        g[k] = (yhat[k] - m).exp() / ze;
-                    }
-                    g[y] -= T::one();
+                    loss::cross_entropy_probs_as_logits(gy, yh, &label, s, Reduction::Sum)
                 }
                 LossKind::Nll => {
-                    wk.loss -= yhat[y].max(self.floor).ln();
-                    g[..s].iter_mut().for_each(|v| *v = T::zero());
-                    if yhat[y] > self.floor {
-                        g[y] = -T::one() / yhat[y];
-                    }
+                    loss::cross_entropy_probs_floor(gy, yh, &label, s, Reduction::Sum, self.floor)
                 }
-            }
+            };
+            // exact for f32 too: the per-sequence loss is computed in T
+            wk.loss += T::of(lo.loss);
             if let Some(o) = out.as_deref_mut() {
                 o[b * s..(b + 1) * s].copy_from_slice(&yhat[..s]);
             }

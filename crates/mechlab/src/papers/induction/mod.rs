@@ -16,159 +16,26 @@
 //! assert_eq!(cfg.data.parents, vec![1, 2]);
 //! ```
 
+pub mod config;
 pub mod data;
 pub mod full;
 mod layer2;
 pub mod probes;
 pub mod simplified;
 
-use crate::config::{self, ConfigError};
-use crate::experiment::{Experiment, ExperimentError, ReproduceItem};
+use crate::config::presets::Preset;
+use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
 use crate::papers::induction::full::{Full, FullConfig};
 use crate::papers::induction::probes::{self as probe, InductionModel};
 use crate::papers::induction::simplified::{subset_name, LossKind, Simplified, SimplifiedConfig};
 use crate::rng::{stream, Stream};
 use crate::run::metrics;
 use crate::run::summary::Summary;
-use crate::run::{RunConfig, RunCtx, RunError};
-use crate::train::{fit, TrainConfig, Trainable};
-use data::{Baseline, MarkovSpec, Variant};
+use crate::run::{RunCtx, RunError};
+use crate::train::{fit, Trainable};
+use data::{Baseline, MarkovSpec};
 use mechlab_engine::{Float, Param, Parameters};
 use mechlab_report::{Figure, Series};
-use serde::{Deserialize, Serialize};
-
-/// `[data]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DataConfig {
-    pub vocab: usize,
-    pub seq_len: usize,
-    /// Parent distances of the generating chain (1 = previous token).
-    pub parents: Vec<usize>,
-    pub alpha: f64,
-    pub n_train: usize,
-    pub n_val: usize,
-    /// `ngram`, `redraw_last` or `doubly_stochastic`.
-    pub variant: String,
-}
-
-impl Default for DataConfig {
-    fn default() -> Self {
-        DataConfig {
-            vocab: 3,
-            seq_len: 100,
-            parents: vec![1, 2],
-            alpha: 0.1,
-            n_train: 9000,
-            n_val: 1000,
-            variant: "ngram".into(),
-        }
-    }
-}
-
-/// `[model]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ModelConfig {
-    /// `simplified` or `full`.
-    pub kind: String,
-    /// `f64` or `f32`.
-    pub dtype: String,
-    pub n_heads: usize,
-    /// Largest subset size `D` of the kernel.
-    pub degree: usize,
-    pub w_plus: f64,
-    pub w_minus: f64,
-    pub c_init: f64,
-    pub a_init: f64,
-    /// `code` (the authors' loss) or `nll` (the true −log ŷ_y).
-    pub loss: String,
-    pub nll_floor: f64,
-    /// Full model: `W_Q = W_K = W_OV = proj_init · I` at init.
-    pub proj_init: f64,
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        ModelConfig {
-            kind: "simplified".into(),
-            dtype: "f64".into(),
-            n_heads: 3,
-            degree: 2,
-            w_plus: 3.0,
-            w_minus: 0.1,
-            c_init: 0.01,
-            a_init: 0.01,
-            loss: "code".into(),
-            nll_floor: 1e-8,
-            proj_init: 0.01,
-        }
-    }
-}
-
-/// `[probe]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProbeConfig {
-    /// Sequence lengths for the generalisation curve (at the training α).
-    pub gen_lengths: Vec<usize>,
-    /// Priors α for the generalisation curve (at the training L).
-    pub gen_alphas: Vec<f64>,
-    /// Fresh sequences per generalisation point.
-    pub gen_n: usize,
-    /// Exponent of `p(E)` in the modified χ² MI (2: the paper's; 1: ordinary χ²).
-    pub mi_power: f64,
-}
-
-impl Default for ProbeConfig {
-    fn default() -> Self {
-        ProbeConfig {
-            gen_lengths: vec![10, 20, 50, 100, 200, 400],
-            gen_alphas: vec![0.05, 0.1, 0.3, 1.0],
-            gen_n: 1000,
-            mi_power: 2.0,
-        }
-    }
-}
-
-/// The experiment's whole config.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct InductionConfig {
-    pub experiment: String,
-    pub description: String,
-    pub seed: u64,
-    pub run: RunConfig,
-    pub train: TrainConfig,
-    pub data: DataConfig,
-    pub model: ModelConfig,
-    pub probe: ProbeConfig,
-}
-
-impl Default for InductionConfig {
-    fn default() -> Self {
-        InductionConfig {
-            experiment: "induction".into(),
-            description: "Induction heads on in-context n-gram data (Chen et al. 2024)".into(),
-            seed: 2024,
-            run: RunConfig {
-                checkpoints: true,
-                checkpoint_log_until: 1024,
-                checkpoint_every: 5000,
-                probe_every: 10,
-            },
-            train: TrainConfig {
-                lr: 1.0,
-                steps: 2000,
-                log_every: 10,
-                ..TrainConfig::default()
-            },
-            data: DataConfig::default(),
-            model: ModelConfig::default(),
-            probe: ProbeConfig::default(),
-        }
-    }
-}
 
 /// The model with its full training batch: what the trainer trains.
 pub struct Task<M> {
@@ -199,76 +66,36 @@ fn bad(msg: String) -> ExperimentError {
     ExperimentError::Data(msg)
 }
 
-fn check(cfg: &InductionConfig) -> Result<(), String> {
-    let m = &cfg.model;
-    if m.kind != "simplified" && m.kind != "full" {
-        return Err(format!(
-            "model.kind = `{}`: expected simplified or full",
-            m.kind
-        ));
-    }
-    if m.kind == "simplified" {
-        Simplified::<f64>::check_size(cfg.data.vocab, m.n_heads)?;
-    } else {
-        Full::<f64>::check_size(cfg.data.vocab, m.n_heads)?;
-    }
-    if cfg.data.seq_len + 1 < 2 * m.n_heads {
-        return Err(format!(
-            "data.seq_len = {} < 2 n_heads - 1",
-            cfg.data.seq_len
-        ));
-    }
-    if m.dtype != "f64" && m.dtype != "f32" {
-        return Err(format!("model.dtype = `{}`: expected f64 or f32", m.dtype));
-    }
-    if !(1..=16).contains(&m.n_heads) {
-        return Err(format!("model.n_heads = {}: must be in 1..=16", m.n_heads));
-    }
-    if m.degree == 0 || m.degree > m.n_heads {
-        return Err(format!(
-            "model.degree = {}: must be in 1..=n_heads",
-            m.degree
-        ));
-    }
-    if !(2..=64).contains(&cfg.data.vocab) {
-        return Err(format!(
-            "data.vocab = {}: must be in 2..=64",
-            cfg.data.vocab
-        ));
-    }
-    LossKind::parse(&m.loss)?;
-    Variant::parse(&cfg.data.variant)?;
-    if cfg.data.n_train == 0 || cfg.data.n_val == 0 {
-        return Err("data.n_train and data.n_val must be > 0".into());
-    }
-    Ok(())
-}
+use config::check;
+pub use config::{DataConfig, InductionConfig, ModelConfig, ModelKind, ProbeConfig};
 
 /// The registered experiment.
 pub struct Induction;
 
-impl Experiment for Induction {
+/// The paper's presets.
+pub const PRESETS: &[Preset] = &[
+    crate::preset!("induction-simplified"),
+    crate::preset!("induction-staged"),
+    crate::preset!("induction-full"),
+    crate::preset!("induction-bigram"),
+    crate::preset!("induction-noncontiguous"),
+];
+
+impl Paper for Induction {
+    type Config = InductionConfig;
     fn name(&self) -> &'static str {
         "induction"
     }
     fn citation(&self) -> &'static str {
         "Chen, Sheen, Wang, Yang (2024). Unveiling Induction Heads: Provable Training Dynamics and Feature Learning in Transformers. NeurIPS 2024, arXiv:2409.10559"
     }
-    fn default_config(&self) -> toml::Table {
-        config::table_of(&InductionConfig::default())
+    fn presets(&self) -> &'static [Preset] {
+        PRESETS
     }
-    fn validate(&self, table: &toml::Table, file: &str) -> Result<(), ConfigError> {
-        let cfg: InductionConfig = config::typed(table, file)?;
-        check(&cfg).map_err(|message| ConfigError::Invalid {
-            file: file.to_string(),
-            message,
-        })
+    fn validate(&self, cfg: &InductionConfig) -> Result<(), String> {
+        check(cfg)
     }
-    fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
-        let cfg: InductionConfig = ctx.typed()?;
-        check(&cfg).map_err(bad)?;
-        let f32 = cfg.model.dtype == "f32";
-        let loss = LossKind::parse(&cfg.model.loss).map_err(bad)?;
+    fn run(&self, cfg: &InductionConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
         let m = &cfg.model;
         let simple = SimplifiedConfig {
             d_vocab: cfg.data.vocab,
@@ -278,7 +105,7 @@ impl Experiment for Induction {
             w_minus: m.w_minus,
             c_init: m.c_init,
             a_init: m.a_init,
-            loss,
+            loss: m.loss,
             nll_floor: m.nll_floor,
         };
         let full = FullConfig {
@@ -290,25 +117,25 @@ impl Experiment for Induction {
             c_init: m.c_init,
             a_init: m.a_init,
             proj_init: m.proj_init,
-            loss,
+            loss: m.loss,
             nll_floor: m.nll_floor,
         };
-        match (m.kind.as_str(), f32) {
-            ("full", true) => run_typed::<f32, _>(&cfg, ctx, Full::<f32>::new(&full)),
-            ("full", false) => run_typed::<f64, _>(&cfg, ctx, Full::<f64>::new(&full)),
-            (_, true) => run_typed::<f32, _>(&cfg, ctx, Simplified::<f32>::new(&simple)),
-            (_, false) => run_typed::<f64, _>(&cfg, ctx, Simplified::<f64>::new(&simple)),
+        match (m.kind, m.dtype) {
+            (ModelKind::Full, Dtype::F32) => run_typed(cfg, ctx, Full::<f32>::new(&full)),
+            (ModelKind::Full, Dtype::F64) => run_typed(cfg, ctx, Full::<f64>::new(&full)),
+            (ModelKind::Simplified, Dtype::F32) => {
+                run_typed(cfg, ctx, Simplified::<f32>::new(&simple))
+            }
+            (ModelKind::Simplified, Dtype::F64) => {
+                run_typed(cfg, ctx, Simplified::<f64>::new(&simple))
+            }
         }
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
-        let items = |preset: &'static str, o: &[&str]| ReproduceItem {
-            preset,
-            overrides: o.iter().map(|s| s.to_string()).collect(),
-        };
         vec![
-            items("induction-simplified", REPRODUCE_OVERRIDES),
-            items("induction-noncontiguous", REPRODUCE_SHORT),
-            items("induction-bigram", REPRODUCE_SHORT),
+            ReproduceItem::new("induction-simplified", REPRODUCE_OVERRIDES),
+            ReproduceItem::new("induction-noncontiguous", REPRODUCE_SHORT),
+            ReproduceItem::new("induction-bigram", REPRODUCE_SHORT),
         ]
     }
 }
@@ -319,15 +146,15 @@ pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=1500", "probe.gen_n=500"
 /// The variants' shortened schedule under `mechlab reproduce induction`.
 pub const REPRODUCE_SHORT: &[&str] = &["train.steps=600", "probe.gen_n=300"];
 
-fn spec_of(cfg: &InductionConfig, n: usize) -> Result<MarkovSpec, String> {
-    Ok(MarkovSpec {
+fn spec_of(cfg: &InductionConfig, n: usize) -> MarkovSpec {
+    MarkovSpec {
         vocab: cfg.data.vocab,
         seq_len: cfg.data.seq_len,
         parents: cfg.data.parents.clone(),
         alpha: cfg.data.alpha,
         n_seqs: n,
-        variant: Variant::parse(&cfg.data.variant)?,
-    })
+        variant: cfg.data.variant,
+    }
 }
 
 fn run_typed<T: Float, M: InductionModel<T>>(
@@ -336,11 +163,11 @@ fn run_typed<T: Float, M: InductionModel<T>>(
     model: M,
 ) -> Result<Summary, ExperimentError> {
     let seed = ctx.seed();
-    let spec = spec_of(cfg, cfg.data.n_train + cfg.data.n_val).map_err(bad)?;
+    let spec = spec_of(cfg, cfg.data.n_train + cfg.data.n_val);
     let all = data::generate(&spec, seed).map_err(bad)?;
     let train = all.slice(0, cfg.data.n_train);
     let val = all.slice(cfg.data.n_train, all.len());
-    let code = cfg.model.loss == "code";
+    let code = cfg.model.loss == LossKind::Code;
     let h = cfg.model.n_heads;
     let nd = 2 * h - 1;
     let mut task = Task {
@@ -379,12 +206,7 @@ fn run_typed<T: Float, M: InductionModel<T>>(
             }
         }
         let refs: Vec<(&str, f64)> = rec.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        ctx.metrics()
-            .log("probe", step, &refs)
-            .map_err(|e| RunError::Io {
-                path: "metrics.jsonl".into(),
-                source: e,
-            })
+        ctx.log("probe", step, &refs)
     };
     let fitted = fit(&mut task, &cfg.train, ctx, &mut probe_fn)?;
 
@@ -411,14 +233,14 @@ fn run_typed<T: Float, M: InductionModel<T>>(
         .map(|&l| (l, cfg.data.alpha))
         .collect();
     points.extend(cfg.probe.gen_alphas.iter().map(|&a| (cfg.data.seq_len, a)));
-    let gspec = spec_of(cfg, cfg.probe.gen_n).map_err(bad)?;
+    let gspec = spec_of(cfg, cfg.probe.gen_n);
     let gen = probe::generalisation(model, &gspec, &points, &mut grng, floor).map_err(bad)?;
 
     let (prev_scores, ind_score) =
         probe::head_scores::<T, M>(model, cfg.data.vocab, 20, 200, &mut grng);
 
     // --- figures ---
-    let recs = metrics::read(&ctx.dir().join("metrics.jsonl")).map_err(bad)?;
+    let recs = ctx.records()?;
     let mut fig = Figure::lines("c_shares", "Selector: c² share of each kernel subset", "epoch", "c_δ² / Σ c²").log_x()
         .caption("Normalised c_δ² of the subsets without the raw token; the subset of heads copying the true parents should take the whole share.");
     for (i, m) in model.subsets().iter().enumerate() {
@@ -626,8 +448,8 @@ fn run_typed<T: Float, M: InductionModel<T>>(
          The code loss is the authors' (cross-entropy of the probability vector as logits); its floor is \
          −log(e/(e+S−1)) ≈ 0.551 for S = 3. Generalisation uses fresh data from the Sample stream.\n",
         cfg.data.vocab, cfg.data.seq_len, cfg.data.parents, cfg.data.alpha, cfg.data.n_train, cfg.data.n_val,
-        cfg.data.variant, cfg.model.degree, cfg.model.w_plus, cfg.model.w_minus, cfg.model.c_init, cfg.model.a_init,
-        cfg.model.loss, cfg.train.total_steps(), cfg.model.dtype,
+        crate::config::name_of(&cfg.data.variant), cfg.model.degree, cfg.model.w_plus, cfg.model.w_minus, cfg.model.c_init, cfg.model.a_init,
+        crate::config::name_of(&cfg.model.loss), cfg.train.total_steps(), crate::config::name_of(&cfg.model.dtype),
         sel.share, sel.distances, a_final, val_code, val_nll, uniform.0, bayes.0, gih.0, oracle.0,
         a_at(&recs, &[10, 100, 1000, 10000, 50000]),
         prev_scores.iter().map(|v| (v * 1000.0).round() / 1000.0).collect::<Vec<_>>(),

@@ -22,6 +22,7 @@ use crate::papers::induction::data::{
 };
 use crate::papers::induction::full::Full;
 use crate::papers::induction::simplified::Simplified;
+use mechlab_engine::layers::softmax;
 use mechlab_engine::{Float, Parameters};
 
 /// What the probes read from either induction model.
@@ -88,17 +89,18 @@ fn shares(subsets: &[u32], c: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-fn rpe_pattern(w: &[f64], h: usize) -> Vec<f64> {
+/// Head `h`'s softmax over its window of distances `h+1 ..= h+H` from `W`
+/// (`[2H-1, H]`), at a position where every distance exists: `[H, 2H-1]` (head,
+/// distance − 1), zero outside the window.
+pub(crate) fn rpe_pattern(w: &[f64], h: usize) -> Vec<f64> {
     let nd = 2 * h - 1;
     let mut out = vec![0.0; h * nd];
     for hd in 0..h {
-        let mx = (0..h)
-            .map(|j| w[(hd + j) * h + hd])
-            .fold(f64::MIN, f64::max);
-        let z: f64 = (0..h).map(|j| (w[(hd + j) * h + hd] - mx).exp()).sum();
-        for j in 0..h {
-            out[hd * nd + hd + j] = (w[(hd + j) * h + hd] - mx).exp() / z;
+        let row = &mut out[hd * nd + hd..hd * nd + hd + h];
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = w[(hd + j) * h + hd];
         }
+        softmax::row_in_place(row, |_| true);
     }
     out
 }

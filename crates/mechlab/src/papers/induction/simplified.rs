@@ -34,6 +34,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::layer2::{window, Layer2};
+use mechlab_engine::layers::{l2norm, softmax};
 use mechlab_engine::{param, Float, Param, Parameters};
 
 pub use super::layer2::{subset_name, subsets, LossKind, CHUNK};
@@ -184,23 +185,14 @@ impl<T: Float> Simplified<T> {
         let w = self.w.value();
         for hd in 0..h {
             for m in 0..=h {
+                // the first m distances exist: softmax over those, 0 on the rest
                 let row = &mut self.pattern[(hd * (h + 1) + m) * h..(hd * (h + 1) + m + 1) * h];
-                row.iter_mut().for_each(|x| *x = T::zero());
-                if m == 0 {
-                    continue;
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x = w[(hd + j) * h + hd];
                 }
-                let mx = (0..m)
-                    .map(|j| w[(hd + j) * h + hd])
-                    .fold(T::neg_infinity(), T::max);
-                let mut sum = T::zero();
-                for j in 0..m {
-                    row[j] = (w[(hd + j) * h + hd] - mx).exp();
-                    sum += row[j];
-                }
-                row[..m].iter_mut().for_each(|x| *x /= sum);
+                softmax::row_in_place(row, |j| j < m);
             }
         }
-        let eps = T::of(NORM_EPS);
         for hd in 0..h {
             for code in 0..nc {
                 let o = (hd * nc + code) * s;
@@ -211,11 +203,15 @@ impl<T: Float> Simplified<T> {
                 for j in 0..m {
                     u[toks[j]] += pat[j];
                 }
-                let n = u.iter().map(|x| *x * *x).sum::<T>().sqrt();
-                self.norm_tab[hd * nc + code] = n;
-                for k in 0..s {
-                    self.l2.v_tab[o + k] = self.u_tab[o + k] / (n + eps);
-                }
+                let r = hd * nc + code;
+                l2norm::forward_plus_eps(
+                    &mut self.l2.v_tab[o..o + s],
+                    &mut self.norm_tab[r..r + 1],
+                    u,
+                    1,
+                    s,
+                    NORM_EPS,
+                );
             }
         }
     }
@@ -223,20 +219,8 @@ impl<T: Float> Simplified<T> {
     /// Head `h`'s weight on each distance `1..=2H-1` at a position where every
     /// distance exists: `[H, 2H-1]` (head, distance − 1).
     pub fn interior_pattern(&self) -> Vec<f64> {
-        let h = self.cfg.n_heads;
-        let nd = 2 * h - 1;
         let w: Vec<f64> = self.w.value().iter().map(|x| x.as_f64()).collect();
-        let mut out = vec![0.0; h * nd];
-        for hd in 0..h {
-            let mx = (0..h)
-                .map(|j| w[(hd + j) * h + hd])
-                .fold(f64::MIN, f64::max);
-            let z: f64 = (0..h).map(|j| (w[(hd + j) * h + hd] - mx).exp()).sum();
-            for j in 0..h {
-                out[hd * nd + hd + j] = (w[(hd + j) * h + hd] - mx).exp() / z;
-            }
-        }
-        out
+        super::probes::rpe_pattern(&w, self.cfg.n_heads)
     }
 
     /// `c_δ² / Σ_{δ_0=0} c_δ²` for every subset (0 for subsets holding the raw token).
@@ -297,7 +281,7 @@ impl<T: Float> Simplified<T> {
     fn run(&mut self, tokens: &[u8], l: usize, grad: bool, out: Option<&mut [T]>) -> T {
         let (h, s, nc) = (self.cfg.n_heads, self.cfg.d_vocab, self.l2.nc);
         self.layer1();
-        let (a, floor) = (self.a.value()[0], T::of(self.cfg.nll_floor));
+        let (a, floor) = (self.a.value()[0], self.cfg.nll_floor);
         let loss = self.l2.run(
             tokens,
             l,
@@ -318,25 +302,30 @@ impl<T: Float> Simplified<T> {
             return loss;
         }
         // v tables → u tables → patterns → W
-        let eps = T::of(NORM_EPS);
         self.d_pat.iter_mut().for_each(|x| *x = T::zero());
+        let mut du = [T::zero(); 64];
         for hd in 0..h {
             for code in 0..nc {
-                let nrm = self.norm_tab[hd * nc + code];
-                if nrm <= T::zero() {
-                    continue;
+                let r = hd * nc + code;
+                if self.norm_tab[r] <= T::zero() {
+                    continue; // no distance exists: u = 0 whatever W is
                 }
-                let o = (hd * nc + code) * s;
-                let ne = nrm + eps;
-                let dot: T = (0..s)
-                    .map(|k| self.l2.dv_tab[o + k] * self.u_tab[o + k])
-                    .sum();
-                let coef = dot / (nrm * ne * ne);
+                let o = r * s;
+                du[..s].iter_mut().for_each(|x| *x = T::zero());
+                l2norm::backward_plus_eps(
+                    &mut du[..s],
+                    &self.l2.dv_tab[o..o + s],
+                    &self.u_tab[o..o + s],
+                    &self.norm_tab[r..r + 1],
+                    1,
+                    s,
+                    NORM_EPS,
+                );
+                // u[k] = Σ_{j: toks[j] = k} pattern[j]
                 let (m, toks) = window(code, s, h);
                 let po = (hd * (h + 1) + m) * h;
                 for j in 0..m {
-                    let k = toks[j];
-                    self.d_pat[po + j] += self.l2.dv_tab[o + k] / ne - self.u_tab[o + k] * coef;
+                    self.d_pat[po + j] += du[toks[j]];
                 }
             }
         }

@@ -15,8 +15,9 @@ pub mod model;
 pub mod probes;
 pub mod reviews;
 
-use crate::config::{self, ConfigError};
-use crate::experiment::{Experiment, ExperimentError, ReproduceItem};
+use crate::config;
+use crate::config::presets::Preset;
+use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
 use crate::papers::selection::data::{generate, SeqData, SynthConfig, TokenClass};
 use crate::papers::selection::model::{ModelConfig, SelectionModel};
 use crate::papers::selection::probes::{self as pr, one_step_check, vals};
@@ -27,7 +28,7 @@ use crate::train::config::StageConfig;
 use crate::train::{fit, OptimizerKind, TrainConfig};
 use mechlab_engine::Float;
 use mechlab_report::{Figure, Point, Series};
-use reviews::ReviewsConfig;
+use reviews::{ReviewsConfig, Source};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -86,12 +87,12 @@ pub struct SelectionConfig {
 
 impl Default for SelectionConfig {
     fn default() -> Self {
-        let stage = |name: &str, group: &str, steps, lr, opt: &str| StageConfig {
+        let stage = |name: &str, group: &str, steps, lr, opt| StageConfig {
             name: name.into(),
             groups: vec![group.into()],
             steps,
             lr,
-            optimizer: opt.into(),
+            optimizer: Some(opt),
         };
         SelectionConfig {
             experiment: "selection".into(),
@@ -104,8 +105,8 @@ impl Default for SelectionConfig {
             train: TrainConfig {
                 optimizer: OptimizerKind::Sgd,
                 stages: vec![
-                    stage("one_step", "embed", 1, 100.0, "sgd"),
-                    stage("cls", "cls", 1000, 0.3, "normalized_gd"),
+                    stage("one_step", "embed", 1, 100.0, OptimizerKind::Sgd),
+                    stage("cls", "cls", 1000, 0.3, OptimizerKind::NormalizedGd),
                 ],
                 ..TrainConfig::default()
             },
@@ -118,6 +119,13 @@ impl Default for SelectionConfig {
 }
 
 pub struct Selection;
+
+/// The paper's presets.
+pub const PRESETS: &[Preset] = &[
+    crate::preset!("selection-synthetic"),
+    crate::preset!("selection-imdb"),
+    crate::preset!("selection-yelp"),
+];
 
 /// The selection the probes measure against: the best token of each sequence, or
 /// (the control) its worst.
@@ -149,50 +157,33 @@ struct Last {
     mm_error: String,
 }
 
-impl Experiment for Selection {
+impl Paper for Selection {
+    type Config = SelectionConfig;
     fn name(&self) -> &'static str {
         "selection"
     }
     fn citation(&self) -> &'static str {
         "Diyuan Wu, Aleksandr Shevchenko, Samet Oymak, Marco Mondelli. Attention with Trained Embeddings Provably Selects Important Tokens. NeurIPS 2025 (arXiv 2505.17282)."
     }
-    fn default_config(&self) -> toml::Table {
-        config::table_of(&SelectionConfig::default())
+    fn presets(&self) -> &'static [Preset] {
+        PRESETS
     }
-    fn validate(&self, table: &toml::Table, file: &str) -> Result<(), ConfigError> {
-        let c: SelectionConfig = config::typed(table, file)?;
-        let bad = |message: String| ConfigError::Invalid {
-            file: file.into(),
-            message,
-        };
-        if !["synthetic", "imdb", "yelp"].contains(&c.data.source.as_str()) {
-            return Err(bad(format!(
-                "data.source `{}`: use synthetic, imdb or yelp",
-                c.data.source
-            )));
-        }
-        if !["f32", "f64"].contains(&c.model.dtype.as_str()) {
-            return Err(bad(format!(
-                "model.dtype `{}`: use f32 or f64",
-                c.model.dtype
-            )));
-        }
-        c.train.resolved_stages().map_err(bad)?;
-        if c.data.source == "synthetic" {
+    fn validate(&self, c: &SelectionConfig) -> Result<(), String> {
+        c.train.resolved_stages()?;
+        if c.data.source == Source::Synthetic {
             c.synthetic
                 .check()
-                .map_err(|m| bad(m.replacen("data.", "synthetic.", 1)))?;
+                .map_err(|m| m.replacen("data.", "synthetic.", 1))?;
+        }
+        if c.model.d_model == 0 {
+            return Err("model.d_model = 0: must be > 0".into());
         }
         Ok(())
     }
-    fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
-        let cfg: SelectionConfig = ctx.typed()?;
-        match cfg.model.dtype.as_str() {
-            "f64" => run_typed::<f64>(ctx, &cfg),
-            "f32" => run_typed::<f32>(ctx, &cfg),
-            other => Err(ExperimentError::Data(format!(
-                "model.dtype: `{other}` is not f32 or f64"
-            ))),
+    fn run(&self, cfg: &SelectionConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        match cfg.model.dtype {
+            Dtype::F64 => run_typed::<f64>(ctx, cfg),
+            Dtype::F32 => run_typed::<f32>(ctx, cfg),
         }
     }
     fn data_key(&self) -> Option<&'static str> {
@@ -200,10 +191,7 @@ impl Experiment for Selection {
     }
 
     fn reproduce(&self) -> Vec<ReproduceItem> {
-        vec![ReproduceItem {
-            preset: "selection-synthetic",
-            overrides: vec![],
-        }]
+        vec![ReproduceItem::new("selection-synthetic", &[])]
     }
 }
 
@@ -215,12 +203,10 @@ fn run_typed<T: Float>(
     let data_err = ExperimentError::Data;
     // --- data ---
     let mut rng = stream(seed, Stream::Data);
-    let source = cfg.data.source.as_str();
+    let source = cfg.data.source;
     let (train, test, words) = match source {
-        "synthetic" => {
+        Source::Synthetic => {
             let s = &cfg.synthetic;
-            s.check()
-                .map_err(|m| data_err(m.replacen("data.", "synthetic.", 1)))?;
             let train = generate(s, s.n_train, &mut rng).map_err(data_err)?;
             let test = generate(s, s.n_test.max(1), &mut rng).map_err(data_err)?;
             let name = |t: usize| match s.class_of(t) {
@@ -230,8 +216,9 @@ fn run_typed<T: Float>(
             };
             (train, test, (0..s.d_vocab()).map(name).collect::<Vec<_>>())
         }
-        "imdb" | "yelp" => {
-            let r = reviews::load(source, &cfg.data, &mut rng).map_err(data_err)?;
+        Source::Imdb | Source::Yelp => {
+            let r =
+                reviews::load(&config::name_of(&source), &cfg.data, &mut rng).map_err(data_err)?;
             let vocab: serde_json::Value =
                 serde_json::from_str(&r.vocab.to_json()).expect("the vocabulary is JSON");
             ctx.artifact("vocab.json", &vocab)?;
@@ -241,11 +228,6 @@ fn run_typed<T: Float>(
                     "test": r.test.n, "d_vocab": r.vocab.len(), "skipped": r.skipped, "empty": r.empty}),
             )?;
             (r.train, r.test, r.vocab.words().to_vec())
-        }
-        other => {
-            return Err(data_err(format!(
-                "data.source: `{other}` is not synthetic, imdb or yelp"
-            )))
         }
     };
     train
@@ -327,12 +309,7 @@ fn run_typed<T: Float>(
             } else {
                 last.solved = false;
             }
-            ctx.metrics()
-                .log("probe", step, &rec)
-                .map_err(|e| RunError::Io {
-                    path: "metrics.jsonl".into(),
-                    source: e,
-                })
+            ctx.log("probe", step, &rec)
         };
     let fitted = fit(&mut model, &cfg.train, ctx, &mut probe)?;
 
@@ -409,7 +386,7 @@ fn run_typed<T: Float>(
     }
     ctx.figure(&fig1)?;
 
-    let recs = metrics::read(&ctx.dir().join("metrics.jsonl")).map_err(data_err)?;
+    let recs = ctx.records()?;
     let curve = |key: &str| {
         let (x, y) = metrics::series(&recs, "probe", key);
         // log-x plots cannot show step 0
@@ -534,13 +511,14 @@ fn run_typed<T: Float>(
             .join(", ")
     };
     let setting = match source {
-        "synthetic" => format!(
+        Source::Synthetic => format!(
             "synthetic: {} train / {} test sequences, {} positive, {} negative, {} neutral tokens, T ∈ [{}, {}], {} signal copies, balanced = {}",
             train.n, test.n, cfg.synthetic.n_pos, cfg.synthetic.n_neg, cfg.synthetic.n_neutral,
             cfg.synthetic.t_min, cfg.synthetic.t_max, cfg.synthetic.n_signal, cfg.synthetic.balanced
         ),
         _ => format!(
-            "{source}: {} train / {} test reviews, vocabulary {} (min count {}), n_ctx {}",
+            "{}: {} train / {} test reviews, vocabulary {} (min count {}), n_ctx {}",
+            config::name_of(&source),
             train.n, test.n, words.len(), cfg.data.min_count, cfg.data.n_ctx
         ),
     };
@@ -548,8 +526,16 @@ fn run_typed<T: Float>(
         .iter()
         .map(|s| {
             format!(
-                "{} ({:?} on {:?}, lr {}, {} steps)",
-                s.name, s.optimizer, s.groups, s.lr, s.steps
+                "{} ({} on {}, lr {}, {} steps)",
+                s.name,
+                config::name_of(&s.optimizer),
+                if s.groups.is_empty() {
+                    "every group".to_string()
+                } else {
+                    s.groups.join(", ")
+                },
+                s.lr,
+                s.steps
             )
         })
         .collect();
@@ -561,7 +547,7 @@ fn run_typed<T: Float>(
          | margin / max margin | → 1 | {} |\n| U-shape (neg end, middle, pos end) | ends > middle | {left:.3}, {middle:.3}, {right:.3} |\n\
          | train / test accuracy | | {train_acc:.4} / {test_acc:.4} |\n\n\
          ## Most-selected tokens (test set, argmax attention)\n\n- negative: {}\n- positive: {}\n",
-        cfg.model.dtype,
+        config::name_of(&cfg.model.dtype),
         stage_txt.join(", "),
         one.eta,
         one.rel_err,

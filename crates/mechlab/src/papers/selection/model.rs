@@ -39,14 +39,16 @@ use crate::rng::{stream, Stream};
 use crate::train::optim::trains;
 use crate::train::Trainable;
 use mechlab_engine::matmul::{matmul, Op};
+use mechlab_engine::parallel;
 use mechlab_engine::{param, Float, Param, Parameters};
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// Sequences per parallel work unit (fixed, so reductions do not depend on threads).
-pub const SEQ_CHUNK: usize = 512;
+/// Sequences per parallel work unit: the engine's fixed [`parallel::CHUNK_ITEMS`],
+/// so reductions do not depend on threads.
+pub const SEQ_CHUNK: usize = parallel::CHUNK_ITEMS;
 /// Embedding rows per parallel work unit in the `[d_vocab, d_model]` products.
 pub const ROW_BLOCK: usize = 512;
 
@@ -56,7 +58,7 @@ pub const ROW_BLOCK: usize = 512;
 pub struct ModelConfig {
     pub d_model: usize,
     /// `"f64"` or `"f32"`.
-    pub dtype: String,
+    pub dtype: crate::experiment::Dtype,
     /// Expected norm of an embedding row at initialisation (entries `N(0, init_e²/d)`).
     pub init_e: f64,
     /// Norm of `v` (a random direction).
@@ -70,7 +72,7 @@ impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             d_model: 64,
-            dtype: "f64".into(),
+            dtype: crate::experiment::Dtype::F64,
             init_e: 1.0,
             v_norm: 1.0,
             e_orthogonal_to_v: true,
@@ -141,7 +143,7 @@ impl<T: Float> SelectionModel<T> {
             }
         }
         let cast = |x: Vec<f64>| x.into_iter().map(T::of).collect::<Vec<T>>();
-        let n_chunks = data.n.div_ceil(SEQ_CHUNK);
+        let n_chunks = parallel::sized_chunks(data.n);
         let nt = data.n * data.n_ctx;
         SelectionModel {
             w_e: param("embed.W_E", "embed", &[v, d], cast(e)),

@@ -16,12 +16,23 @@ use std::path::{Path, PathBuf};
 /// The default of `data.path`: the shared data folder beside the repository.
 pub const DEFAULT_PATH: &str = "../shared/data";
 
+/// Where the reviews come from (`data.source`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The `[synthetic]` generator.
+    #[default]
+    Synthetic,
+    Imdb,
+    Yelp,
+}
+
 /// The real-text knobs of the `[data]` section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReviewsConfig {
-    /// `"synthetic"` (the `[synthetic]` generator), `"imdb"` or `"yelp"`.
-    pub source: String,
+    /// `synthetic` (the `[synthetic]` generator), `imdb` or `yelp`.
+    pub source: Source,
     /// A corpus file or folder, or the data folder holding `imdb/` and `yelp/`.
     /// The default resolves through `MECHLAB_DATA` and the shared folder.
     pub path: String,
@@ -42,7 +53,7 @@ pub struct ReviewsConfig {
 impl Default for ReviewsConfig {
     fn default() -> Self {
         ReviewsConfig {
-            source: "synthetic".into(),
+            source: Source::Synthetic,
             path: DEFAULT_PATH.into(),
             n_ctx: 256,
             min_count: 5,

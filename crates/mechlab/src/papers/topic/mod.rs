@@ -10,589 +10,62 @@
 //! topic gaps of the value matrix, the embeddings and the attention, their
 //! shuffled-label controls, and the attention entropy over training. The final
 //! probes, the test loss and the verdicts use the best checkpoint.
+//!
+//! Files: [`config`] (the typed config), [`data`] (the LDA generator and masking),
+//! [`model`] (the one-layer MLM), [`training`] (the loop state, dev loss and
+//! probes logged during training), [`synthetic`] and [`wiki`] (the two data
+//! settings), [`report`] (figures, notes and verdicts), [`probes`].
 
+pub mod config;
 pub mod data;
 pub mod model;
 pub mod probes;
 pub mod report;
+pub mod synthetic;
+pub mod training;
 pub mod wiki;
 pub mod wiki_data;
 
-use crate::config::{self, ConfigError};
-use crate::experiment::{Experiment, ExperimentError, ReproduceItem};
-use crate::papers::topic::data::{bayes_bound, generate, mask_docs, LdaConfig, LdaModel, MlmSet};
-use crate::papers::topic::model::{AttnKind, TopicMlm, TopicMlmConfig, W_V};
-use crate::papers::topic::probes::{
-    gram_gap, shuffled_topics, AttnAccum, AttnStats, DocAttention, Gap,
-};
-use crate::rng::{self, substream, RngState, Stream};
-use crate::run::summary::Summary;
-use crate::run::{Activation, RunConfig, RunCtx, RunError};
-use crate::train::{fit, OptimizerKind, TrainConfig, Trainable};
-use mechlab_engine::{Float, Param, Parameters};
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
-use report::{report, FinalProbes};
-use serde::{Deserialize, Serialize};
-use wiki::{run_wiki, WikiConfig};
+pub use config::{MlmLoop, ProbeConfig, TopicConfig, WikiConfig};
+pub use training::{dev_loss, make_set, measure, Early, Probes, TopicRun};
 
+use crate::config::presets::Preset;
+use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
+use crate::run::summary::Summary;
+use crate::run::RunCtx;
+
+/// The registered experiment.
 pub struct TopicExperiment;
 
-/// The `[mlm]` section: minibatches and early stopping.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MlmLoop {
-    pub batch_size: usize,
-    /// Dev-loss evaluation every this many steps (0: one epoch), plus once after
-    /// the first update (the authors' "epoch 0").
-    pub eval_every: u64,
-    /// Stop after this many evaluations without a new best dev loss (0: never).
-    pub patience: u64,
-}
+/// The paper's presets.
+pub const PRESETS: &[Preset] = &[
+    crate::preset!("topic-value"),
+    crate::preset!("topic-embedding"),
+    crate::preset!("topic-attention"),
+    crate::preset!("topic-two-stage"),
+    crate::preset!("topic-wikipedia"),
+];
 
-impl Default for MlmLoop {
-    fn default() -> Self {
-        MlmLoop {
-            batch_size: 40,
-            eval_every: 0,
-            patience: 5,
-        }
-    }
-}
-
-impl Default for ProbeConfig {
-    fn default() -> Self {
-        ProbeConfig {
-            docs: 200,
-            bound_gap_max: 0.4,
-            control_max: 0.2,
-            expect_bound: true,
-        }
-    }
-}
-
-/// The `[probe]` section.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProbeConfig {
-    /// Dev documents the attention probes read.
-    pub docs: usize,
-    /// Verdict: best dev loss minus the Bayes bound must stay below this (nats).
-    pub bound_gap_max: f64,
-    /// Verdict: the shuffled-label control's |gap| must stay below this share of the gap.
-    pub control_max: f64,
-    /// Judge the dev loss against the Bayes bound (false: only against its start,
-    /// for models whose frozen parts cannot reach the bound).
-    pub expect_bound: bool,
-}
-
-/// The experiment's config.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TopicConfig {
-    pub experiment: String,
-    pub description: String,
-    pub seed: u64,
-    pub run: RunConfig,
-    pub train: TrainConfig,
-    pub data: LdaConfig,
-    pub model: TopicMlmConfig,
-    pub mlm: MlmLoop,
-    pub probe: ProbeConfig,
-    pub wiki: WikiConfig,
-}
-
-impl Default for TopicConfig {
-    fn default() -> Self {
-        TopicConfig {
-            experiment: "topic".into(),
-            description: "one-layer MLM transformer on LDA documents".into(),
-            seed: 0,
-            run: RunConfig {
-                checkpoint_log_until: 0,
-                checkpoint_every: 1000,
-                probe_every: 250,
-                ..RunConfig::default()
-            },
-            train: TrainConfig {
-                optimizer: OptimizerKind::Adamw,
-                lr: 0.01,
-                steps: 5000,
-                weight_decay: 0.0,
-                log_every: 25,
-                ..TrainConfig::default()
-            },
-            data: LdaConfig::default(),
-            model: TopicMlmConfig::default(),
-            mlm: MlmLoop::default(),
-            probe: ProbeConfig::default(),
-            wiki: WikiConfig::default(),
-        }
-    }
-}
-
-/// Early-stopping state (saved in checkpoints).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Early {
-    pub best_loss: f64,
-    pub best_step: u64,
-    pub since_best: u64,
-    pub stop: bool,
-    pub evals: u64,
-    pub last_eval: u64,
-}
-
-/// The model with its training stream and early-stopping state.
-pub struct TopicRun<T: Float> {
-    pub model: TopicMlm<T>,
-    train: MlmSet,
-    data_cfg: LdaConfig,
-    d_vocab: usize,
-    rng: ChaCha8Rng,
-    epoch: Option<u64>,
-    epoch_start: RngState,
-    order: Vec<u32>,
-    batch: usize,
-    /// Steps per epoch.
-    pub spe: u64,
-    pub patience: u64,
-    pub early: Early,
-    best: Vec<Vec<T>>,
-}
-
-impl<T: Float> TopicRun<T> {
-    /// Steps between dev evaluations: `eval_every`, or once per epoch when it is 0.
-    pub fn eval_interval(&self, eval_every: u64) -> u64 {
-        if eval_every == 0 {
-            self.spe
-        } else {
-            eval_every
-        }
-    }
-
-    pub fn new(
-        model: TopicMlm<T>,
-        train: MlmSet,
-        data_cfg: &LdaConfig,
-        d_vocab: usize,
-        batch: usize,
-        patience: u64,
-        seed: u64,
-    ) -> Self {
-        let rng = substream(seed, Stream::Data, 16);
-        let n = train.len();
-        TopicRun {
-            model,
-            epoch_start: rng::save(&rng),
-            rng,
-            epoch: None,
-            order: (0..n as u32).collect(),
-            spe: n.div_ceil(batch.max(1)) as u64,
-            train,
-            data_cfg: data_cfg.clone(),
-            d_vocab,
-            batch: batch.max(1),
-            patience,
-            early: Early {
-                best_loss: f64::INFINITY,
-                ..Early::default()
-            },
-            best: Vec::new(),
-        }
-    }
-
-    /// Draws epoch `e`'s masks (when fresh) and order from the data stream.
-    fn begin_epoch(&mut self, e: u64) {
-        self.epoch_start = rng::save(&self.rng);
-        if self.data_cfg.fresh_masks {
-            mask_docs(&mut self.train, &self.data_cfg, self.d_vocab, &mut self.rng);
-        }
-        self.order
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = i as u32);
-        self.order.shuffle(&mut self.rng);
-        self.epoch = Some(e);
-    }
-
-    /// Whether the probe at state `s` evaluates the dev loss: after the first
-    /// update (the authors' "epoch 0"), at the first probe on or after each
-    /// multiple of `every`, and at the end.
-    pub fn eval_due(&self, s: u64, every: u64, total: u64) -> bool {
-        let every = every.max(1);
-        s == 1 || s == total || (s > 1 && s / every > self.early.last_eval / every)
-    }
-
-    /// Records a dev loss at `step`; snapshots the parameters on a new best.
-    pub fn observe(&mut self, step: u64, dev: f64) {
-        self.early.evals += 1;
-        self.early.last_eval = step;
-        if dev < self.early.best_loss {
-            self.early.best_loss = dev;
-            self.early.best_step = step;
-            self.early.since_best = 0;
-            self.best.clear();
-            let best = &mut self.best;
-            self.model
-                .visit(&mut |p: &Param<T>| best.push(p.value().to_vec()));
-        } else {
-            self.early.since_best += 1;
-            self.early.stop = self.patience > 0 && self.early.since_best >= self.patience;
-        }
-    }
-
-    /// The current epoch's document order.
-    pub fn order(&self) -> &[u32] {
-        &self.order
-    }
-
-    /// The training documents (with the current masks).
-    pub fn train_set(&self) -> &MlmSet {
-        &self.train
-    }
-
-    /// Puts the best parameters back (no-op before any evaluation).
-    pub fn restore_best(&mut self) {
-        if self.best.is_empty() {
-            return;
-        }
-        let mut i = 0;
-        let best = &self.best;
-        self.model.visit_mut(&mut |p| {
-            p.value_mut().copy_from_slice(&best[i]);
-            i += 1;
-        });
-    }
-}
-
-impl<T: Float> Parameters<T> for TopicRun<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        self.model.visit(f)
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        self.model.visit_mut(f)
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-struct SavedState {
-    epoch: Option<u64>,
-    rng: RngState,
-    early: Early,
-    best: Vec<Vec<f64>>,
-}
-
-impl<T: Float> Trainable<T> for TopicRun<T> {
-    fn train_step(&mut self, step: u64) -> T {
-        let e = step / self.spe;
-        if self.epoch != Some(e) {
-            self.begin_epoch(e);
-        }
-        let b = (step % self.spe) as usize * self.batch;
-        let hi = (b + self.batch).min(self.order.len());
-        let TopicRun {
-            model,
-            train,
-            order,
-            ..
-        } = self;
-        model.forward_backward(train, &order[b..hi])
-    }
-    fn stop_requested(&self) -> bool {
-        self.early.stop
-    }
-    fn save_state(&self) -> serde_json::Value {
-        let st = SavedState {
-            epoch: self.epoch,
-            rng: self.epoch_start.clone(),
-            early: Early {
-                best_loss: if self.early.best_loss.is_finite() {
-                    self.early.best_loss
-                } else {
-                    f64::MAX
-                },
-                ..self.early.clone()
-            },
-            best: self
-                .best
-                .iter()
-                .map(|v| v.iter().map(|x| x.as_f64()).collect())
-                .collect(),
-        };
-        serde_json::to_value(st).expect("state serialises")
-    }
-    fn load_state(&mut self, v: &serde_json::Value) -> Result<(), String> {
-        let st: SavedState =
-            serde_json::from_value(v.clone()).map_err(|e| format!("topic state: {e}"))?;
-        self.rng = rng::restore(&st.rng)?;
-        if let Some(e) = st.epoch {
-            // Redraw that epoch's masks and order: the stream ends where it was.
-            self.begin_epoch(e);
-        }
-        self.early = st.early;
-        self.best = st
-            .best
-            .iter()
-            .map(|v| v.iter().map(|x| T::of(*x)).collect())
-            .collect();
-        Ok(())
-    }
-}
-
-/// Mean over batches of the batch-mean loss (the authors' dev loss).
-pub fn dev_loss<T: Float>(model: &mut TopicMlm<T>, set: &MlmSet, batch: usize) -> f64 {
-    let ids: Vec<u32> = (0..set.len() as u32).collect();
-    let chunks: Vec<&[u32]> = ids.chunks(batch.max(1)).collect();
-    chunks.iter().map(|c| model.loss(set, c)).sum::<f64>() / chunks.len().max(1) as f64
-}
-
-/// Every probe at one state.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Probes {
-    pub value: Gap,
-    pub value_control: Gap,
-    pub embedding: Gap,
-    pub embedding_control: Gap,
-    pub attention: AttnStats,
-    pub attention_control: AttnStats,
-}
-
-impl Probes {
-    /// The gaps with their shuffled-topic controls and attention's same-topic mass:
-    /// the numbers every probe record, the synthetic summary and the Wikipedia
-    /// summary all report, kept in one list so the three cannot drift apart. The
-    /// order is the probe record's (`metrics.jsonl` keeps it).
-    pub fn gap_metrics(&self) -> [(&'static str, f64); 10] {
-        [
-            ("value_gap", self.value.gap),
-            ("value_gap_control", self.value_control.gap),
-            ("embedding_gap", self.embedding.gap),
-            ("embedding_gap_control", self.embedding_control.gap),
-            ("attention_same", self.attention.pairs.same),
-            ("attention_diff", self.attention.pairs.diff),
-            ("attention_gap", self.attention.pairs.gap),
-            ("attention_gap_control", self.attention_control.pairs.gap),
-            ("attention_same_mass", self.attention.same_mass),
-            (
-                "attention_same_mass_uniform",
-                self.attention.same_mass_uniform,
-            ),
-        ]
-    }
-}
-
-/// Rows whose Gram the value probe reads: `W_V`'s rows (the PyTorch weight's
-/// columns) when `d_model = d_vocab`, else each token's value vector `h0(w) W_V`.
-pub fn value_rows<T: Float>(m: &TopicMlm<T>) -> Vec<f64> {
-    let (v, d) = (m.d_vocab(), m.d_model());
-    let wv: Vec<f64> = m.p[W_V].value().iter().map(|x| x.as_f64()).collect();
-    if v == d {
-        return wv;
-    }
-    let e = m.token_embeddings();
-    let mut out = vec![0.0; v * d];
-    for i in 0..v {
-        for k in 0..d {
-            let ek = e[i * d + k];
-            for j in 0..d {
-                out[i * d + j] += ek * wv[k * d + j];
-            }
-        }
-    }
-    out
-}
-
-/// Measures the gaps (true topics and the control) on `set`'s first `docs` documents.
-pub fn measure<T: Float>(
-    m: &TopicMlm<T>,
-    set: &MlmSet,
-    docs: usize,
-    n_topics: usize,
-    topics: &[usize],
-    control: &[usize],
-) -> Probes {
-    let (v, d) = (m.d_vocab(), m.d_model());
-    let vr = value_rows(m);
-    let e = m.token_embeddings();
-    let mut out = Probes {
-        value: gram_gap(&vr, v, d, topics),
-        value_control: gram_gap(&vr, v, d, control),
-        embedding: gram_gap(&e, v, d, topics),
-        embedding_control: gram_gap(&e, v, d, control),
-        ..Probes::default()
-    };
-    let (mut a, mut c) = (AttnAccum::new(n_topics), AttnAccum::new(n_topics));
-    for i in 0..docs.min(set.len()) {
-        let r = set.range(i);
-        let (ids, hidden) = (&set.input[r.clone()], &set.hidden[r]);
-        let pattern = m.attention_pattern(ids, hidden);
-        let doc = DocAttention {
-            ids,
-            hidden,
-            pattern: &pattern,
-        };
-        a.add(&doc, topics);
-        c.add(&doc, control);
-    }
-    out.attention = a.finish();
-    out.attention_control = c.finish();
-    out
-}
-
-/// The attention patterns of the first `n` dev documents, zero-padded to the
-/// longest, as `blocks.0.attn.hook_pattern` `[batch, head, query_pos, key_pos]`.
-fn record_patterns<T: Float>(m: &TopicMlm<T>, set: &MlmSet, n: usize) -> Activation {
-    let n = n.min(set.len());
-    let l = (0..n).map(|i| set.range(i).len()).max().unwrap_or(0);
-    let mut data = vec![0.0; n * l * l];
-    for i in 0..n {
-        let r = set.range(i);
-        let li = r.len();
-        let pattern = m.attention_pattern(&set.input[r.clone()], &set.hidden[r]);
-        for q in 0..li {
-            data[i * l * l + q * l..i * l * l + q * l + li]
-                .copy_from_slice(&pattern[q * li..(q + 1) * li]);
-        }
-    }
-    Activation {
-        name: "blocks.0.attn.hook_pattern".into(),
-        shape: vec![n, 1, l, l],
-        data,
-    }
-}
-
-fn log_probes(ctx: &mut RunCtx, step: u64, p: &Probes) -> Result<(), RunError> {
-    // Key order is the record's byte layout: value same/diff, the gaps, entropy.
-    let mut rec = vec![("value_same", p.value.same), ("value_diff", p.value.diff)];
-    rec.extend(p.gap_metrics());
-    rec.extend([
-        ("attention_entropy", p.attention.entropy),
-        ("attention_entropy_uniform", p.attention.entropy_uniform),
-    ]);
-    ctx.metrics()
-        .log("probe", step, &rec)
-        .map_err(|e| RunError::Io {
-            path: "metrics.jsonl".into(),
-            source: e,
-        })
-}
-
-/// `n` documents from data sub-stream `idx`, masked from sub-stream `idx + 1`.
-pub fn make_set(lda: &LdaModel, cfg: &LdaConfig, n: usize, seed: u64, idx: u64) -> MlmSet {
-    let mut set = generate(lda, cfg, n, &mut substream(seed, Stream::Data, idx)).to_mlm();
-    mask_docs(
-        &mut set,
-        cfg,
-        lda.d_vocab(),
-        &mut substream(seed, Stream::Data, idx + 1),
-    );
-    set
-}
-
-fn run_typed<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, ExperimentError> {
-    let lda = LdaModel::new(&cfg.data).map_err(ExperimentError::Data)?;
-    let seed = ctx.seed();
-    let train = make_set(&lda, &cfg.data, cfg.data.n_train, seed, 10);
-    let dev = make_set(&lda, &cfg.data, cfg.data.n_dev, seed, 12);
-    let test = make_set(&lda, &cfg.data, cfg.data.n_test.max(1), seed, 14);
-    let topics = lda.topic_of_token();
-    let control = shuffled_topics(&topics, &mut substream(seed, Stream::Sample, 1));
-    let bound = bayes_bound(
-        &lda,
-        cfg.data.overlap,
-        20_000,
-        &mut substream(seed, Stream::Sample, 2),
-    );
-    let max_len = train.max_len().max(dev.max_len()).max(test.max_len());
-    let model = TopicMlm::<T>::new(&cfg.model, lda.d_vocab(), &topics, max_len, seed)
-        .map_err(ExperimentError::Data)?;
-    let mut run = TopicRun::new(
-        model,
-        train,
-        &cfg.data,
-        lda.d_vocab(),
-        cfg.mlm.batch_size,
-        cfg.mlm.patience,
-        seed,
-    );
-    let every = run.eval_interval(cfg.mlm.eval_every);
-    let total = cfg.train.total_steps();
-    let (batch, docs, nt) = (cfg.mlm.batch_size, cfg.probe.docs, lda.n_topics);
-    let attn_trained = cfg.model.attention == AttnKind::Trained;
-    let mut probe = |r: &mut TopicRun<T>, s: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
-        let p = measure(
-            &r.model,
-            &dev,
-            if attn_trained { docs } else { 0 },
-            nt,
-            &topics,
-            &control,
-        );
-        log_probes(ctx, s, &p)?;
-        if r.eval_due(s, every, total) {
-            let dl = dev_loss(&mut r.model, &dev, batch);
-            r.observe(s, dl);
-            let epoch = s as f64 / r.spe as f64;
-            ctx.metrics()
-                .log(
-                    "dev",
-                    s,
-                    &[
-                        ("dev_loss", dl),
-                        ("epoch", epoch),
-                        ("best_dev_loss", r.early.best_loss),
-                    ],
-                )
-                .map_err(|e| RunError::Io {
-                    path: "metrics.jsonl".into(),
-                    source: e,
-                })?;
-        }
-        Ok(())
-    };
-    let fitted = fit(&mut run, &cfg.train, ctx, &mut probe)?;
-    run.restore_best();
-    let final_probes = measure(&run.model, &dev, docs, nt, &topics, &control);
-    ctx.record_activations(&[record_patterns(&run.model, &dev, 8)])?;
-    let test_loss = dev_loss(&mut run.model, &test, batch);
-    let fin = FinalProbes {
-        probes: final_probes,
-        bound,
-        test_loss,
-        early: run.early.clone(),
-        spe: run.spe,
-        stopped_at: fitted.steps,
-        value_rows: value_rows(&run.model),
-        embeddings: run.model.token_embeddings(),
-        d_model: run.model.d_model(),
-    };
-    report(ctx, cfg, &lda, &fin)
-}
-
-impl Experiment for TopicExperiment {
+impl Paper for TopicExperiment {
+    type Config = TopicConfig;
     fn name(&self) -> &'static str {
         "topic"
     }
     fn citation(&self) -> &'static str {
         "Yuchen Li, Yuanzhi Li, Andrej Risteski. How Do Transformers Learn Topic Structure: Towards a Mechanistic Understanding. ICML 2023 (arXiv 2303.04245)"
     }
-    fn default_config(&self) -> toml::Table {
-        config::table_of(&TopicConfig::default())
+    fn presets(&self) -> &'static [Preset] {
+        PRESETS
     }
-    fn validate(&self, table: &toml::Table, file: &str) -> Result<(), ConfigError> {
-        config::typed::<TopicConfig>(table, file).map(|_| ())
+    fn validate(&self, cfg: &TopicConfig) -> Result<(), String> {
+        cfg.validate()
     }
-    fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
-        let cfg: TopicConfig = ctx.typed()?;
-        cfg.data.check().map_err(ExperimentError::Data)?;
-        match (cfg.model.dtype.as_str(), cfg.wiki.enabled) {
-            ("f32", false) => run_typed::<f32>(ctx, &cfg),
-            ("f64", false) => run_typed::<f64>(ctx, &cfg),
-            ("f32", true) => run_wiki::<f32>(ctx, &cfg),
-            ("f64", true) => run_wiki::<f64>(ctx, &cfg),
-            (other, _) => Err(ExperimentError::Data(format!(
-                "model.dtype = {other:?}: use \"f32\" or \"f64\""
-            ))),
+    fn run(&self, cfg: &TopicConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        match (cfg.model.dtype, cfg.wiki.enabled) {
+            (Dtype::F32, false) => synthetic::run_typed::<f32>(ctx, cfg),
+            (Dtype::F64, false) => synthetic::run_typed::<f64>(ctx, cfg),
+            (Dtype::F32, true) => wiki::run_wiki::<f32>(ctx, cfg),
+            (Dtype::F64, true) => wiki::run_wiki::<f64>(ctx, cfg),
         }
     }
     fn data_key(&self) -> Option<&'static str> {
@@ -601,26 +74,11 @@ impl Experiment for TopicExperiment {
 
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![
-            ReproduceItem {
-                preset: "topic-value",
-                overrides: vec![],
-            },
-            ReproduceItem {
-                preset: "topic-value",
-                overrides: vec!["model.bert_embedding_ln=true".into()],
-            },
-            ReproduceItem {
-                preset: "topic-embedding",
-                overrides: vec![],
-            },
-            ReproduceItem {
-                preset: "topic-attention",
-                overrides: vec![],
-            },
-            ReproduceItem {
-                preset: "topic-two-stage",
-                overrides: vec![],
-            },
+            ReproduceItem::new("topic-value", &[]),
+            ReproduceItem::new("topic-value", &["model.bert_embedding_ln=true"]),
+            ReproduceItem::new("topic-embedding", &[]),
+            ReproduceItem::new("topic-attention", &[]),
+            ReproduceItem::new("topic-two-stage", &[]),
         ]
     }
 }

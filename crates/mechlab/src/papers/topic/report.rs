@@ -3,14 +3,16 @@
 //! Everything here reads the finished run: the best checkpoint's probes
 //! ([`FinalProbes`]) and the probe / dev-loss curves logged during training.
 
-use super::{Early, Probes, TopicConfig};
+use super::config::TopicConfig;
+use super::training::{Early, Probes};
+use crate::config::name_of;
 use crate::experiment::ExperimentError;
 use crate::papers::topic::data::{LdaModel, N_SPECIAL};
 use crate::papers::topic::model::{AttnKind, EmbedKind, ValueKind};
 use crate::papers::topic::probes::gram;
-use crate::run::metrics::{read, series};
+use crate::run::metrics::series;
 use crate::run::summary::Summary;
-use crate::run::{RunCtx, RunError};
+use crate::run::RunCtx;
 use mechlab_report::{Figure, Series};
 
 /// The authors' committed demo outputs (topic-value with the BERT embedding block).
@@ -46,20 +48,13 @@ pub fn time_to_fraction(x: &[f64], y: &[f64], frac: f64) -> Option<f64> {
         .map(|(s, _)| *s)
 }
 
-fn io(e: String) -> ExperimentError {
-    ExperimentError::Run(RunError::Folder {
-        path: "metrics.jsonl".into(),
-        reason: e,
-    })
-}
-
 pub fn report(
     ctx: &mut RunCtx,
     cfg: &TopicConfig,
     lda: &LdaModel,
     f: &FinalProbes,
 ) -> Result<Summary, ExperimentError> {
-    let records = read(ctx.metrics().path()).map_err(io)?;
+    let records = ctx.records()?;
     let p = &f.probes;
     let m = &cfg.model;
     let value_trained = m.value == ValueKind::Trained;
@@ -170,7 +165,11 @@ pub fn report(
         s.verdict(
             "two stages: the value matrix's blocks form first while attention stays near uniform, then attention aligns with topics",
             "step(value gap ≥ ½ final) < step(attention gap ≥ ½ final), entropy then ≥ 0.95 · uniform",
-            format!("value ½ at {tv:?}, attention ½ at {ta:?}, entropy ratio {ent_at_tv:.3}"),
+            format!(
+                "value ½ at {}, attention ½ at {}, entropy ratio {ent_at_tv:.3}",
+                step_or_never(tv),
+                step_or_never(ta)
+            ),
             matches!((tv, ta), (Some(a), Some(b)) if a < b) && ent_at_tv >= 0.95,
         );
     }
@@ -259,13 +258,13 @@ fn notes(cfg: &TopicConfig, f: &FinalProbes, dev0: f64, best: f64, best_epoch: f
     let m = &cfg.model;
     let p = &f.probes;
     let mut n = format!(
-        "## Setting\n\nLDA: {} topics × {} words (overlap {}, {:?} within a topic), α = {}, N ∈ [{}, {}], {} train / {} dev / {} test documents; \
-         masks p = {}, keep {}, random {} ({} masks). Model: embedding {:?}, attention {:?}, value {:?}, decoder {:?}, residual {}, layer norm {}, loss {:?}, \
-         BERT embedding LayerNorm {}, init {:?} (noise {}), dtype {}. AdamW lr {}, weight decay {}, batch {}, dev loss every epoch, early stopping patience {}.\n\n",
-        cfg.data.n_topics, cfg.data.words_per_topic, cfg.data.overlap, cfg.data.word_dist, cfg.data.alpha, cfg.data.min_len, cfg.data.max_len,
+        "## Setting\n\nLDA: {} topics × {} words (overlap {}, {} within a topic), α = {}, N ∈ [{}, {}], {} train / {} dev / {} test documents; \
+         masks p = {}, keep {}, random {} ({} masks). Model: embedding {}, attention {}, value {}, decoder {}, residual {}, layer norm {}, loss {}, \
+         BERT embedding LayerNorm {}, init {} (noise {}), dtype {}. AdamW lr {}, weight decay {}, batch {}, dev loss every epoch, early stopping patience {}.\n\n",
+        cfg.data.n_topics, cfg.data.words_per_topic, cfg.data.overlap, name_of(&cfg.data.word_dist), cfg.data.alpha, cfg.data.min_len, cfg.data.max_len,
         cfg.data.n_train, cfg.data.n_dev, cfg.data.n_test, cfg.data.mask_prob, cfg.data.mask_keep, cfg.data.mask_random,
         if cfg.data.fresh_masks { "fresh per epoch" } else { "static" },
-        m.embedding, m.attention, m.value, m.decoder, m.residual, m.layer_norm, m.loss, m.bert_embedding_ln, m.init, m.init_noise, m.dtype,
+        name_of(&m.embedding), name_of(&m.attention), name_of(&m.value), name_of(&m.decoder), m.residual, m.layer_norm, name_of(&m.loss), m.bert_embedding_ln, name_of(&m.init), m.init_noise, name_of(&m.dtype),
         cfg.train.lr, cfg.train.weight_decay, cfg.mlm.batch_size, cfg.mlm.patience,
     );
     n += &format!(
@@ -280,4 +279,9 @@ fn notes(cfg: &TopicConfig, f: &FinalProbes, dev0: f64, best: f64, best_epoch: f
           frozen uniform attention, decoder frozen to the identity); they are comparable to ours only with `model.bert_embedding_ln = true`. \
           Topics are looked up by word index and special tokens are excluded (the authors' inspection code uses the token id, off by the 4 specials, and keeps the specials).\n";
     n
+}
+
+/// A step as a verdict shows it: the number, or "never" when the curve never got there.
+fn step_or_never(step: Option<f64>) -> String {
+    step.map_or_else(|| "never".to_string(), |s| format!("step {s}"))
 }

@@ -9,13 +9,14 @@
 //! the value vectors and the attention twice: with the LDA word topics and with
 //! gold topics from the articles' labels. A shuffled assignment is the control.
 
-use super::{dev_loss, measure, Probes, TopicConfig, TopicRun};
+use super::config::TopicConfig;
+use super::training::{dev_loss, measure, Probes, TopicRun};
 use crate::experiment::ExperimentError;
 use crate::papers::topic::data::mask_docs;
 use crate::papers::topic::probes::shuffled_topics;
 use crate::papers::topic::wiki_data::{build, WikiCorpus};
 use crate::rng::{substream, Stream};
-use crate::run::metrics::{read, series};
+use crate::run::metrics::series;
 use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};
 use crate::train::fit;
@@ -23,51 +24,6 @@ use mechlab_corpora::lda::{fit as lda_fit, HeldOutConfig, LdaConfig as GibbsConf
 use mechlab_engine::Float;
 use mechlab_report::{Figure, Series};
 use rand::seq::SliceRandom;
-use serde::{Deserialize, Serialize};
-
-/// The `[wiki]` section.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WikiConfig {
-    /// Train on Wikipedia instead of synthetic LDA documents.
-    pub enabled: bool,
-    /// Relative to the shared data root (`$MECHLAB_DATA` or `../shared/data`), or absolute.
-    pub file: String,
-    pub n_words: usize,
-    pub min_count: u64,
-    /// Tokens per document, `START` included.
-    pub max_len: usize,
-    pub n_dev: usize,
-    /// Gold labels left out of the gold-topic probes.
-    pub exclude_topics: Vec<String>,
-    pub lda_topics: usize,
-    pub lda_iterations: usize,
-    pub lda_burn_in: usize,
-    pub lda_alpha: f64,
-    pub lda_beta: f64,
-    /// Content words seen fewer times get no topic in the probes.
-    pub topic_min_count: u64,
-}
-
-impl Default for WikiConfig {
-    fn default() -> Self {
-        WikiConfig {
-            enabled: false,
-            file: "wikipedia/vital_articles_en.json".into(),
-            n_words: 2000,
-            min_count: 3,
-            max_len: 128,
-            n_dev: 1000,
-            exclude_topics: vec!["Uncategorized".into()],
-            lda_topics: 12,
-            lda_iterations: 100,
-            lda_burn_in: 50,
-            lda_alpha: 0.1,
-            lda_beta: 0.01,
-            topic_min_count: 20,
-        }
-    }
-}
 
 fn data_err(e: impl std::fmt::Display) -> ExperimentError {
     ExperimentError::Data(e.to_string())
@@ -98,12 +54,7 @@ fn log(ctx: &mut RunCtx, event: &str, step: u64, tag: &str, p: &Probes) -> Resul
         p.attention.entropy,
     ];
     let rec: Vec<(&str, f64)> = names.iter().map(String::as_str).zip(vals).collect();
-    ctx.metrics()
-        .log(event, step, &rec)
-        .map_err(|e| RunError::Io {
-            path: "metrics.jsonl".into(),
-            source: e,
-        })
+    ctx.log(event, step, &rec)
 }
 
 /// Unigram perplexity of `docs` under the add-one unigram of `train`.
@@ -246,16 +197,11 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         if r.eval_due(s, every, total) {
             let dl = dev_loss(&mut r.model, &dev, batch);
             r.observe(s, dl);
-            ctx.metrics()
-                .log(
-                    "dev",
-                    s,
-                    &[("dev_loss", dl), ("epoch", s as f64 / r.spe as f64)],
-                )
-                .map_err(|e| RunError::Io {
-                    path: "metrics.jsonl".into(),
-                    source: e,
-                })?;
+            ctx.log(
+                "dev",
+                s,
+                &[("dev_loss", dl), ("epoch", s as f64 / r.spe as f64)],
+            )?;
         }
         Ok(())
     };
@@ -310,7 +256,7 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         ppl.perplexity < uni,
     );
     // --- figures ---
-    let records = read(ctx.metrics().path()).map_err(|e| data_err(format!("metrics: {e}")))?;
+    let records = ctx.records()?;
     let (dx, dy) = series(&records, "dev", "dev_loss");
     let (tx, ty) = series(&records, "train", "loss");
     ctx.figure(
@@ -365,10 +311,11 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
     ctx.notes(&format!(
         "## Wikipedia setting\n\n{} articles from `{}`; vocabulary {} ({} most frequent words seen ≥ {} times, + specials and UNK), documents truncated to {} tokens, {} dev articles. \
          LDA: {} topics, α = {}, β = {}, {} Gibbs sweeps ({} burn-in), seed {}; held-out perplexity {:.0} (unigram {:.0}), {} words with an LDA topic and {} with a gold topic (≥ {} occurrences). \
-         Model: {:?}; d_model {}. Best dev loss {:.3} (uniform prediction: {:.3}).\n\nLDA top words: {}\n",
+         Model: embedding {}, attention {}, value {}, decoder {}; d_model {}. Best dev loss {:.3} (uniform prediction: {:.3}).\n\nLDA top words: {}\n",
         articles.len(), path.display(), v, w.n_words, w.min_count, w.max_len, w.n_dev,
         w.lda_topics, w.lda_alpha, w.lda_beta, w.lda_iterations, w.lda_burn_in, seed, ppl.perplexity, uni, n_lda, n_gold, w.topic_min_count,
-        cfg.model, run.model.d_model(), run.early.best_loss, (v as f64).ln(),
+        crate::config::name_of(&cfg.model.embedding), crate::config::name_of(&cfg.model.attention),
+        crate::config::name_of(&cfg.model.value), crate::config::name_of(&cfg.model.decoder), run.model.d_model(), run.early.best_loss, (v as f64).ln(),
         top.iter().map(|t| t[..6.min(t.len())].join(" ")).collect::<Vec<_>>().join(" | "),
     ))?;
     Ok(s)

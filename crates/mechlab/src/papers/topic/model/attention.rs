@@ -13,6 +13,7 @@
 
 use super::kernel::add_rows;
 use super::*;
+use mechlab_engine::layers::softmax;
 
 /// `out[r] = h[rows[r]] · W + b` (rows: `qpos`, or all when `None`). One-hot `h`
 /// turns the product into a gather of `W`'s rows.
@@ -123,19 +124,8 @@ pub(super) fn scores<T: Float>(
     );
     let c = T::one() / T::of_usize(d).sqrt();
     for row in pat[..s * l].chunks_mut(l) {
-        let mut m = T::neg_infinity();
-        for (j, x) in row.iter_mut().enumerate() {
-            *x *= c;
-            if !hidden[j] && *x > m {
-                m = *x;
-            }
-        }
-        let mut z = T::zero();
-        for (j, x) in row.iter_mut().enumerate() {
-            *x = if hidden[j] { T::zero() } else { (*x - m).exp() };
-            z += *x;
-        }
-        row.iter_mut().for_each(|x| *x /= z);
+        row.iter_mut().for_each(|x| *x *= c);
+        softmax::row_in_place(row, |j| !hidden[j]);
     }
 }
 
@@ -321,10 +311,8 @@ pub(super) fn attend_back<T: Float>(
         for r in 0..s {
             let pr = &w.hook_pattern[r * l..(r + 1) * l];
             let dp = &mut w.d_pattern[r * l..(r + 1) * l];
-            let dot: T = pr.iter().zip(dp.iter()).map(|(a, b)| *a * *b).sum();
-            dp.iter_mut()
-                .zip(pr)
-                .for_each(|(x, pp)| *x = *pp * (*x - dot) * c);
+            softmax::backward_row_in_place(dp, pr);
+            dp.iter_mut().for_each(|x| *x *= c);
         }
         matmul(
             &mut w.d_q[..s * d],

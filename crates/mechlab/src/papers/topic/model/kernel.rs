@@ -9,31 +9,42 @@
 
 use super::attention::{attend, attend_back};
 use super::*;
+use mechlab_engine::layers::layernorm;
 
-/// `h0: [n, d]` for `ids`, keeping the layer norm's `x̂` and `1/σ`.
+/// `h0: [n, d]` for `ids`; with the BERT layer norm, keeps its input `pre: [n, d]`
+/// and its `mean`, `rstd: [n]` for the backward.
 pub(super) fn embed<T: Float>(
     p: &[Param<T>],
     plan: &Plan,
     ids: &[u32],
     h0: &mut [T],
-    xhat: &mut [T],
+    pre: &mut [T],
+    mean: &mut [T],
     rstd: &mut [T],
 ) {
     let d = plan.d;
     let e = p[W_E].value();
     for (j, &id) in ids.iter().enumerate() {
-        let row = &mut h0[j * d..(j + 1) * d];
-        row.copy_from_slice(&e[id as usize * d..(id as usize + 1) * d]);
+        let row = &e[id as usize * d..(id as usize + 1) * d];
         if plan.bert_ln {
-            row.iter_mut()
+            let x = &mut pre[j * d..(j + 1) * d];
+            x.iter_mut()
+                .zip(row)
                 .zip(p[TOKEN_TYPE].value())
-                .for_each(|(a, b)| *a += *b);
-            rstd[j] = layer_norm_row(
-                row,
-                &mut xhat[j * d..(j + 1) * d],
+                .for_each(|((a, &w), &b)| *a = w + b);
+            layernorm::forward(
+                &mut h0[j * d..(j + 1) * d],
+                &mut mean[j..j + 1],
+                &mut rstd[j..j + 1],
+                x,
                 p[EMB_LN_W].value(),
                 p[EMB_LN_B].value(),
+                1,
+                d,
+                LN_EPS,
             );
+        } else {
+            h0[j * d..(j + 1) * d].copy_from_slice(row);
         }
     }
 }
@@ -43,7 +54,8 @@ pub(super) fn embed_back<T: Float>(
     p: &mut [Param<T>; N_SLOTS],
     plan: &Plan,
     d_table: &[T],
-    xhat: &[T],
+    pre: &[T],
+    mean: &[T],
     rstd: &[T],
     du: &mut [T],
 ) {
@@ -54,13 +66,18 @@ pub(super) fn embed_back<T: Float>(
             let (lo, hi) = p.split_at_mut(EMB_LN_W);
             let (pw, pb) = hi.split_at_mut(1);
             let (g, gw) = pw[0].value_and_grad_mut();
-            layer_norm_back(
+            du.iter_mut().for_each(|x| *x = T::zero());
+            layernorm::backward(
                 du,
+                Some(gw),
+                Some(pb[0].grad_mut()),
                 dh,
-                &xhat[id * d..(id + 1) * d],
-                rstd[id],
+                &pre[id * d..(id + 1) * d],
+                &mean[id..id + 1],
+                &rstd[id..id + 1],
                 g,
-                Some((gw, pb[0].grad_mut())),
+                1,
+                d,
             );
             lo[TOKEN_TYPE]
                 .grad_mut()
@@ -76,48 +93,6 @@ pub(super) fn embed_back<T: Float>(
                 .zip(du.iter())
                 .for_each(|(a, b)| *a += *b);
         }
-    }
-}
-
-/// `row ← LN(row) · g + b`, keeping `x̂`; returns `1/σ`.
-pub(super) fn layer_norm_row<T: Float>(row: &mut [T], xhat: &mut [T], g: &[T], b: &[T]) -> T {
-    let n = T::of_usize(row.len());
-    let mean = row.iter().copied().sum::<T>() / n;
-    let var = row.iter().map(|x| (*x - mean) * (*x - mean)).sum::<T>() / n;
-    let rstd = T::one() / (var + T::of(LN_EPS)).sqrt();
-    for i in 0..row.len() {
-        xhat[i] = (row[i] - mean) * rstd;
-        row[i] = xhat[i] * g[i] + b[i];
-    }
-    rstd
-}
-
-/// Backward of [`layer_norm_row`]: `dx` from `dy`; accumulates `dg`, `db` when given.
-pub(super) fn layer_norm_back<T: Float>(
-    dx: &mut [T],
-    dy: &[T],
-    xhat: &[T],
-    rstd: T,
-    g: &[T],
-    dgb: Option<(&mut [T], &mut [T])>,
-) {
-    let n = T::of_usize(dy.len());
-    if let Some((dg, db)) = dgb {
-        for i in 0..dy.len() {
-            dg[i] += dy[i] * xhat[i];
-            db[i] += dy[i];
-        }
-    }
-    let (mut m1, mut m2) = (T::zero(), T::zero());
-    for i in 0..dy.len() {
-        let dxh = dy[i] * g[i];
-        m1 += dxh;
-        m2 += dxh * xhat[i];
-    }
-    m1 /= n;
-    m2 /= n;
-    for i in 0..dy.len() {
-        dx[i] = rstd * (dy[i] * g[i] - m1 - xhat[i] * m2);
     }
 }
 
@@ -177,16 +152,20 @@ pub(super) fn doc_step<T: Float>(
             }
         }
     }
-    w.y[..rows * d].copy_from_slice(&w.resid[..rows * d]);
     if plan.layer_norm {
-        for r in 0..rows {
-            w.ln_rstd[r] = layer_norm_row(
-                &mut w.y[r * d..(r + 1) * d],
-                &mut w.ln_xhat[r * d..(r + 1) * d],
-                p[LN_W].value(),
-                p[LN_B].value(),
-            );
-        }
+        layernorm::forward(
+            &mut w.y[..rows * d],
+            &mut w.ln_mean[..rows],
+            &mut w.ln_rstd[..rows],
+            &w.resid[..rows * d],
+            p[LN_W].value(),
+            p[LN_B].value(),
+            rows,
+            d,
+            LN_EPS,
+        );
+    } else {
+        w.y[..rows * d].copy_from_slice(&w.resid[..rows * d]);
     }
     // --- decoder ---
     match plan.decoder {
@@ -329,17 +308,22 @@ pub(super) fn doc_step<T: Float>(
         }
     }
     if plan.layer_norm {
-        for r in 0..rows {
-            let (gw, gb) = g.split_at_mut(LN_B);
-            layer_norm_back(
-                &mut w.d_resid[r * d..(r + 1) * d],
-                &w.d_y[r * d..(r + 1) * d],
-                &w.ln_xhat[r * d..(r + 1) * d],
-                w.ln_rstd[r],
-                p[LN_W].value(),
-                Some((&mut gw[LN_W], &mut gb[0])),
-            );
-        }
+        let (gw, gb) = g.split_at_mut(LN_B);
+        w.d_resid[..rows * d]
+            .iter_mut()
+            .for_each(|x| *x = T::zero());
+        layernorm::backward(
+            &mut w.d_resid[..rows * d],
+            Some(&mut gw[LN_W]),
+            Some(&mut gb[0]),
+            &w.d_y[..rows * d],
+            &w.resid[..rows * d],
+            &w.ln_mean[..rows],
+            &w.ln_rstd[..rows],
+            p[LN_W].value(),
+            rows,
+            d,
+        );
     } else {
         w.d_resid[..rows * d].copy_from_slice(&w.d_y[..rows * d]);
     }

@@ -33,10 +33,10 @@
 use crate::papers::topic::data::{MlmSet, NO_LABEL};
 use crate::rng::{stream, Stream};
 use mechlab_engine::matmul::{matmul, Op};
+use mechlab_engine::parallel;
 use mechlab_engine::{param, Float, Param, Parameters};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
-use rayon::prelude::*;
 
 mod attention;
 mod kernel;
@@ -94,7 +94,7 @@ pub enum InitKind {
 #[serde(deny_unknown_fields, default)]
 pub struct TopicMlmConfig {
     /// `"f32"` or `"f64"`.
-    pub dtype: String,
+    pub dtype: crate::experiment::Dtype,
     /// 0: `d_vocab` (required by one-hot embeddings and the identity decoder).
     pub d_model: usize,
     pub embedding: EmbedKind,
@@ -115,7 +115,7 @@ pub struct TopicMlmConfig {
 impl Default for TopicMlmConfig {
     fn default() -> Self {
         TopicMlmConfig {
-            dtype: "f32".into(),
+            dtype: crate::experiment::Dtype::F32,
             d_model: 0,
             embedding: EmbedKind::OneHot,
             attention: AttnKind::Uniform,
@@ -147,10 +147,12 @@ pub const LN_B: usize = 11;
 pub const W_U: usize = 12;
 pub const B_U: usize = 13;
 const N_SLOTS: usize = 14;
-const LN_EPS: f64 = 1e-12;
-/// Fixed number of batch chunks: each gets its own gradient buffers, reduced in
-/// chunk order, so results do not depend on the thread count.
-pub const N_CHUNKS: usize = 8;
+/// The layer norms' ε (BERT's).
+pub const LN_EPS: f64 = 1e-12;
+/// Fixed number of batch chunks (the engine's [`parallel::N_CHUNKS`]): each gets
+/// its own gradient buffers, reduced in chunk order, so results do not depend on
+/// the thread count.
+pub const N_CHUNKS: usize = parallel::N_CHUNKS;
 
 /// The fast paths a config allows.
 #[derive(Clone, Copy, Debug)]
@@ -177,7 +179,8 @@ struct Plan {
 /// Names follow TransformerLens hooks where they match.
 struct Work<T> {
     hook_embed: Vec<T>,   // h0: [L, d]
-    emb_xhat: Vec<T>,     // [L, d]
+    emb_pre: Vec<T>,      // [L, d]: the BERT layer norm's input
+    emb_mean: Vec<T>,     // [L]
     emb_rstd: Vec<T>,     // [L]
     hq: Vec<T>,           // h0 at the query rows: [S, d]
     hook_q: Vec<T>,       // [S, d]
@@ -186,7 +189,7 @@ struct Work<T> {
     hook_pattern: Vec<T>, // [S, L]
     hook_z: Vec<T>,       // a: [S, d]
     resid: Vec<T>,        // [S, d] before the final norm
-    ln_xhat: Vec<T>,
+    ln_mean: Vec<T>,      // [S]: the final layer norm's statistics (its input is resid)
     ln_rstd: Vec<T>,
     y: Vec<T>,      // [S, d]
     logits: Vec<T>, // [S, V]
@@ -217,7 +220,8 @@ pub struct TopicMlm<T: Float> {
     /// for the whole vocabulary `[V, d]`, gathered per document, and its
     /// gradient `d_table` summed per id before one backward through the embedding.
     table: Vec<T>,
-    tab_xhat: Vec<T>,
+    tab_pre: Vec<T>,
+    tab_mean: Vec<T>,
     tab_rstd: Vec<T>,
     d_table: Vec<T>,
     du: Vec<T>,
@@ -400,7 +404,8 @@ impl<T: Float> TopicMlm<T> {
                 let z = |n: usize| vec![T::zero(); n];
                 Work {
                     hook_embed: z(l * d),
-                    emb_xhat: Vec::new(),
+                    emb_pre: Vec::new(),
+                    emb_mean: Vec::new(),
                     emb_rstd: Vec::new(),
                     hq: z(l * d),
                     hook_q: z(l * d),
@@ -409,7 +414,7 @@ impl<T: Float> TopicMlm<T> {
                     hook_pattern: z(l * l),
                     hook_z: z(l * d),
                     resid: z(l * d),
-                    ln_xhat: z(l * d),
+                    ln_mean: z(l),
                     ln_rstd: z(l),
                     y: z(l * d),
                     logits: z(l * v),
@@ -443,7 +448,8 @@ impl<T: Float> TopicMlm<T> {
             plan,
             work,
             table: vec![T::zero(); tab],
-            tab_xhat: vec![T::zero(); tab],
+            tab_pre: vec![T::zero(); tab],
+            tab_mean: vec![T::zero(); if plan.onehot { 0 } else { v }],
             tab_rstd: vec![T::zero(); if plan.onehot { 0 } else { v }],
             d_table: vec![T::zero(); tab],
             du: vec![T::zero(); d],
@@ -484,7 +490,8 @@ impl<T: Float> TopicMlm<T> {
             plan,
             work,
             table,
-            tab_xhat,
+            tab_pre,
+            tab_mean,
             tab_rstd,
             d_table,
             du,
@@ -492,11 +499,11 @@ impl<T: Float> TopicMlm<T> {
             ..
         } = self;
         if !plan.onehot {
-            embed(p, plan, vocab_ids, table, tab_xhat, tab_rstd);
+            embed(p, plan, vocab_ids, table, tab_pre, tab_mean, tab_rstd);
         }
         let (p, plan, table) = (&*p, *plan, &*table);
         let n = docs.len();
-        work.par_iter_mut().enumerate().for_each(|(c, w)| {
+        parallel::for_each_chunk(n, work, |_, items, w| {
             w.loss = 0.0;
             if backward {
                 w.grads
@@ -504,7 +511,7 @@ impl<T: Float> TopicMlm<T> {
                     .for_each(|g| g.iter_mut().for_each(|x| *x = T::zero()));
                 w.d_table.iter_mut().for_each(|x| *x = T::zero());
             }
-            for &doc in &docs[c * n / N_CHUNKS..(c + 1) * n / N_CHUNKS] {
+            for &doc in &docs[items] {
                 let r = set.range(doc as usize);
                 w.loss += doc_step(
                     p,
@@ -536,7 +543,7 @@ impl<T: Float> TopicMlm<T> {
                         .zip(&w.d_table)
                         .for_each(|(a, b)| *a += *b);
                 }
-                embed_back(&mut self.p, &plan, d_table, tab_xhat, tab_rstd, du);
+                embed_back(&mut self.p, &plan, d_table, tab_pre, tab_mean, tab_rstd, du);
             }
         }
         work.iter().map(|w| w.loss).sum()

@@ -21,7 +21,8 @@ impl<T: Float> TopicMlm<T> {
             &self.plan,
             &ids,
             &mut w.hook_embed,
-            &mut w.emb_xhat,
+            &mut w.emb_pre,
+            &mut w.emb_mean,
             &mut w.emb_rstd,
         );
         w.hook_embed[..v * d].iter().map(|x| x.as_f64()).collect()
@@ -37,7 +38,8 @@ impl<T: Float> TopicMlm<T> {
             &self.plan,
             ids,
             &mut w.hook_embed,
-            &mut w.emb_xhat,
+            &mut w.emb_pre,
+            &mut w.emb_mean,
             &mut w.emb_rstd,
         );
         let n_vis = hidden.iter().filter(|h| !**h).count().max(1);
@@ -72,14 +74,15 @@ impl<T: Float> TopicMlm<T> {
 }
 
 /// A [`Work`] holding only the buffers the probes touch, for `l` rows of width
-/// `d`: `hook_embed`, `emb_xhat`: `[l, d]`, `emb_rstd`: `[l]`, `hook_q`,
+/// `d`: `hook_embed`, `emb_pre`: `[l, d]`, `emb_mean`, `emb_rstd`: `[l]`, `hook_q`,
 /// `hook_k`: `[l, d]`, `hook_pattern`: `[l, l]`. The rest stay empty so a probe
 /// over the whole vocabulary does not allocate training-sized buffers.
 fn make_probe_work<T: Float>(l: usize, d: usize) -> Work<T> {
     let z = |n: usize| vec![T::zero(); n];
     Work {
         hook_embed: z(l * d),
-        emb_xhat: z(l * d),
+        emb_pre: z(l * d),
+        emb_mean: z(l),
         emb_rstd: z(l),
         hq: Vec::new(),
         hook_q: z(l * d),
@@ -88,7 +91,7 @@ fn make_probe_work<T: Float>(l: usize, d: usize) -> Work<T> {
         hook_pattern: z(l * l),
         hook_z: Vec::new(),
         resid: Vec::new(),
-        ln_xhat: Vec::new(),
+        ln_mean: Vec::new(),
         ln_rstd: Vec::new(),
         y: Vec::new(),
         logits: Vec::new(),

@@ -1,0 +1,290 @@
+//! The `mechlab` command line, as a library entry point that takes the registry.
+//!
+//! `src/main.rs` is `mechlab::cli::main(Registry::builtin())`; a crate that adds
+//! its own paper calls the same with `Registry::builtin().with(&MyPaper)` and gets
+//! every command (`list`, `run`, `resume`, `report`, `sweep`, `merge`, `export`,
+//! `reproduce`) for it unchanged. Errors become one line on stderr and an exit
+//! code here, and only here (`anyhow` at the edge; typed errors below).
+
+use crate::commands::{self, sweep};
+use crate::experiment::{self, Registry};
+use crate::train::INTERRUPTED;
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+#[derive(Parser)]
+#[command(
+    name = "mechlab",
+    version,
+    about = "A lab for the provable mechanisms of transformers"
+)]
+struct Cli {
+    /// No progress bars (for scripts and CI).
+    #[arg(long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the presets.
+    List,
+    /// Run a preset or a config file.
+    Run {
+        /// A preset name (see `mechlab list`) or a TOML file.
+        source: String,
+        /// Override a config key, e.g. --set train.lr=0.5 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run folder (default runs/<preset>-s<seed>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// A corpus file or folder for the presets that read real text (sets the
+        /// experiment's data key: data.path for selection, wiki.file for topic).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+    /// Continue an interrupted run from its latest checkpoint.
+    Resume { run: PathBuf },
+    /// Rebuild a run's figures and report from its folder.
+    Report { run: PathBuf },
+    /// Run a grid of overrides over several seeds in parallel.
+    Sweep {
+        source: String,
+        /// key=v1,v2,... (repeatable; the grid is their product).
+        #[arg(long = "grid", value_name = "KEY=V1,V2")]
+        grid: Vec<String>,
+        /// Seeds: a..b (b excluded) or a,b,c.
+        #[arg(long, default_value = "0..2")]
+        seeds: String,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Run only slice i of n (i from 0), for job arrays; merge with `mechlab merge`.
+        #[arg(long)]
+        shard: Option<String>,
+        /// Sweep folder (default sweeps/<preset>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Runs at a time (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// Merge the folders of a sharded sweep into one index and summary.
+    Merge {
+        shards: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Export a run's parameters and recorded activations for numpy.
+    Export {
+        run: PathBuf,
+        /// Write .npy files (the only format for now).
+        #[arg(long)]
+        npy: bool,
+        /// Checkpoint step (default: the latest).
+        #[arg(long)]
+        step: Option<u64>,
+    },
+    /// Run every registered paper experiment and write one combined report.
+    Reproduce {
+        /// Papers to run: induction, selection, topic (default: all).
+        papers: Vec<String>,
+        /// Exit non-zero when a verdict fails.
+        #[arg(long)]
+        check: bool,
+        #[arg(long, default_value = "runs/reproduce")]
+        out: PathBuf,
+    },
+}
+
+/// Runs the command line with `registry`'s papers and exits with its status.
+pub fn main(registry: Registry) -> ! {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupt: writing a checkpoint (Ctrl-C again to quit at once)");
+    });
+    match run(registry, std::env::args()) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Runs one command line (`args[0]` is the program name) with `registry`'s
+/// papers; returns the exit status. The registry is installed for the process:
+/// a second call keeps the first registry.
+pub fn run<I, S>(registry: Registry, args: I) -> Result<i32>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString> + Clone,
+{
+    experiment::install(registry);
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let command = args
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        // --help, --version and usage errors: clap prints them as it always does.
+        Err(e) => {
+            let _ = e.print();
+            return Ok(e.exit_code());
+        }
+    };
+    let quiet = cli.quiet;
+    match cli.cmd {
+        Cmd::List => {
+            let rows = commands::list();
+            let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+            for (name, exp, desc) in rows {
+                println!("{name:w$}  [{exp}]  {desc}");
+            }
+        }
+        Cmd::Run {
+            source,
+            mut set,
+            seed,
+            out,
+            data,
+        } => {
+            let mut resolved = commands::resolve(&source, &set, seed)?;
+            if let Some(d) = data {
+                let Some(key) = resolved.experiment.data_key() else {
+                    bail!(
+                        "--data: the {} experiment reads no data files",
+                        resolved.experiment.name()
+                    );
+                };
+                set.push(format!(
+                    "{key}={}",
+                    toml::Value::String(d.display().to_string())
+                ));
+                resolved = commands::resolve(&source, &set, seed)?;
+            }
+            let seed = resolved
+                .table
+                .get("seed")
+                .and_then(|v| v.as_integer())
+                .unwrap_or(0) as u64;
+            let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
+            let summary = commands::run(&resolved, &dir, &command, quiet)?;
+            print_verdicts(&summary);
+            println!("report: {}", dir.join("report.html").display());
+        }
+        Cmd::Resume { run } => {
+            let summary = commands::resume(&run, quiet)?;
+            print_verdicts(&summary);
+            println!("report: {}", run.join("report.html").display());
+        }
+        Cmd::Report { run } => {
+            commands::report::build(&run)?;
+            println!("report: {}", run.join("report.html").display());
+        }
+        Cmd::Sweep {
+            source,
+            grid,
+            seeds,
+            set,
+            shard,
+            out,
+            jobs,
+        } => {
+            let spec = sweep::SweepSpec {
+                source: source.clone(),
+                overrides: set,
+                grid: grid
+                    .iter()
+                    .map(|g| sweep::parse_grid(g))
+                    .collect::<Result<_, _>>()?,
+                seeds: sweep::parse_seeds(&seeds)?,
+                shard: shard.as_deref().map(sweep::parse_shard).transpose()?,
+            };
+            let stem = std::path::Path::new(&source)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or(source.clone());
+            let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(stem));
+            let jobs = jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+            });
+            let rows = sweep::sweep(&spec, &out, jobs, &command)?;
+            let failed = rows.iter().filter(|r| r.status != "ok").count();
+            println!(
+                "{} runs ({failed} failed): {}",
+                rows.len(),
+                out.join("summary.csv").display()
+            );
+            if failed > 0 {
+                return Ok(1);
+            }
+        }
+        Cmd::Merge { shards, out } => {
+            let rows = sweep::merge(&shards, &out)?;
+            println!(
+                "{} runs merged: {}",
+                rows.len(),
+                out.join("summary.csv").display()
+            );
+        }
+        Cmd::Export { run, npy, step } => {
+            if !npy {
+                bail!("choose a format: --npy");
+            }
+            let files = commands::export::export(&run, step)
+                .with_context(|| format!("exporting {}", run.display()))?;
+            for f in &files {
+                println!("{}", f.display());
+            }
+        }
+        Cmd::Reproduce { papers, check, out } => {
+            let outcomes = commands::reproduce::reproduce(&papers, &out, quiet, &command)?;
+            let mut all_pass = true;
+            for o in &outcomes {
+                all_pass &= o.passed();
+                match &o.result {
+                    Ok(s) => {
+                        println!("== {} ({:.1} s)", o.name, o.seconds);
+                        print_verdicts(s);
+                    }
+                    Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
+                }
+            }
+            println!("report: {}", out.join("report.html").display());
+            if check && !all_pass {
+                return Ok(2);
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn print_verdicts(s: &crate::run::summary::Summary) {
+    for v in &s.verdicts {
+        println!(
+            "  [{}] {} — predicted {}, measured {}",
+            if v.pass { "pass" } else { "FAIL" },
+            v.claim,
+            v.prediction,
+            v.measured
+        );
+    }
+}

@@ -1,0 +1,208 @@
+//! The induction experiment's config: one typed struct, parsed and validated once
+//! (before any run folder exists) by [`check`].
+
+use super::data::Variant;
+use super::full::Full;
+use super::layer2::LossKind;
+use super::simplified::Simplified;
+use crate::experiment::Dtype;
+use crate::run::RunConfig;
+use crate::train::TrainConfig;
+use serde::{Deserialize, Serialize};
+
+/// `[data]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    pub vocab: usize,
+    pub seq_len: usize,
+    /// Parent distances of the generating chain (1 = previous token).
+    pub parents: Vec<usize>,
+    pub alpha: f64,
+    pub n_train: usize,
+    pub n_val: usize,
+    /// `ngram`, `redraw_last` or `doubly_stochastic`.
+    pub variant: Variant,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig {
+            vocab: 3,
+            seq_len: 100,
+            parents: vec![1, 2],
+            alpha: 0.1,
+            n_train: 9000,
+            n_val: 1000,
+            variant: Variant::NGram,
+        }
+    }
+}
+
+/// Which induction model (`model.kind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// The paper's simplified model (RPE-only layer 1, fused table kernel).
+    #[default]
+    Simplified,
+    /// The full model with `W_Q`, `W_K`, `W_OV` and layer norm.
+    Full,
+}
+
+/// `[model]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// `simplified` or `full`.
+    pub kind: ModelKind,
+    /// `f64` or `f32`.
+    pub dtype: Dtype,
+    pub n_heads: usize,
+    /// Largest subset size `D` of the kernel.
+    pub degree: usize,
+    pub w_plus: f64,
+    pub w_minus: f64,
+    pub c_init: f64,
+    pub a_init: f64,
+    /// `code` (the authors' loss) or `nll` (the true −log ŷ_y).
+    pub loss: LossKind,
+    pub nll_floor: f64,
+    /// Full model: `W_Q = W_K = W_OV = proj_init · I` at init.
+    pub proj_init: f64,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            kind: ModelKind::Simplified,
+            dtype: Dtype::F64,
+            n_heads: 3,
+            degree: 2,
+            w_plus: 3.0,
+            w_minus: 0.1,
+            c_init: 0.01,
+            a_init: 0.01,
+            loss: LossKind::Code,
+            nll_floor: 1e-8,
+            proj_init: 0.01,
+        }
+    }
+}
+
+/// `[probe]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    /// Sequence lengths for the generalisation curve (at the training α).
+    pub gen_lengths: Vec<usize>,
+    /// Priors α for the generalisation curve (at the training L).
+    pub gen_alphas: Vec<f64>,
+    /// Fresh sequences per generalisation point.
+    pub gen_n: usize,
+    /// Exponent of `p(E)` in the modified χ² MI (2: the paper's; 1: ordinary χ²).
+    pub mi_power: f64,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            gen_lengths: vec![10, 20, 50, 100, 200, 400],
+            gen_alphas: vec![0.05, 0.1, 0.3, 1.0],
+            gen_n: 1000,
+            mi_power: 2.0,
+        }
+    }
+}
+
+/// The experiment's whole config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InductionConfig {
+    pub experiment: String,
+    pub description: String,
+    pub seed: u64,
+    pub run: RunConfig,
+    pub train: TrainConfig,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub probe: ProbeConfig,
+}
+
+impl Default for InductionConfig {
+    fn default() -> Self {
+        InductionConfig {
+            experiment: "induction".into(),
+            description: "Induction heads on in-context n-gram data (Chen et al. 2024)".into(),
+            seed: 2024,
+            run: RunConfig {
+                checkpoints: true,
+                checkpoint_log_until: 1024,
+                checkpoint_every: 5000,
+                probe_every: 10,
+            },
+            train: TrainConfig {
+                lr: 1.0,
+                steps: 2000,
+                log_every: 10,
+                ..TrainConfig::default()
+            },
+            data: DataConfig::default(),
+            model: ModelConfig::default(),
+            probe: ProbeConfig::default(),
+        }
+    }
+}
+
+pub fn check(cfg: &InductionConfig) -> Result<(), String> {
+    let m = &cfg.model;
+    if !(1..=16).contains(&m.n_heads) {
+        return Err(format!("model.n_heads = {}: must be in 1..=16", m.n_heads));
+    }
+    if !(2..=64).contains(&cfg.data.vocab) {
+        return Err(format!(
+            "data.vocab = {}: must be in 2..=64",
+            cfg.data.vocab
+        ));
+    }
+    match m.kind {
+        ModelKind::Simplified => Simplified::<f64>::check_size(cfg.data.vocab, m.n_heads)?,
+        ModelKind::Full => Full::<f64>::check_size(cfg.data.vocab, m.n_heads)?,
+    }
+    if cfg.data.seq_len + 1 < 2 * m.n_heads {
+        return Err(format!(
+            "data.seq_len = {}: must be at least 2 n_heads - 1 = {}",
+            cfg.data.seq_len,
+            2 * m.n_heads - 1
+        ));
+    }
+    if m.degree == 0 || m.degree > m.n_heads {
+        return Err(format!(
+            "model.degree = {}: must be in 1..=n_heads ({})",
+            m.degree, m.n_heads
+        ));
+    }
+    let window = 2 * m.n_heads - 1;
+    if let Some(p) = cfg.data.parents.iter().find(|&&p| p == 0 || p > window) {
+        return Err(format!(
+            "data.parents = {:?}: parent distance {p} is outside the heads' windows 1..={window} (2 n_heads - 1)",
+            cfg.data.parents
+        ));
+    }
+    if cfg.data.parents.is_empty() {
+        return Err("data.parents = []: give at least one parent distance".into());
+    }
+    if cfg.data.n_train == 0 || cfg.data.n_val == 0 {
+        return Err(format!(
+            "data.n_train = {}, data.n_val = {}: both must be > 0",
+            cfg.data.n_train, cfg.data.n_val
+        ));
+    }
+    if !(cfg.data.alpha.is_finite() && cfg.data.alpha > 0.0) {
+        return Err(format!(
+            "data.alpha = {}: must be a positive number",
+            cfg.data.alpha
+        ));
+    }
+    Ok(())
+}
