@@ -26,6 +26,8 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod experiment;
+pub mod inspect;
+pub mod intervene;
 pub mod papers;
 pub mod rng;
 pub mod run;

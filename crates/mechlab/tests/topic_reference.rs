@@ -235,7 +235,7 @@ fn reference(p: &[Vec<f64>], set: &MlmSet, v: usize, d: usize) -> (f64, Vec<Vec<
 fn topic_kernel_matches_engine_layers() {
     let (v, d) = (6, 4);
     let cfg = TopicMlmConfig {
-        dtype: "f64".into(),
+        dtype: mechlab::experiment::Dtype::F64,
         d_model: d,
         embedding: EmbedKind::Trained,
         attention: AttnKind::Trained,

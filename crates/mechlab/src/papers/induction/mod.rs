@@ -19,6 +19,7 @@
 pub mod config;
 pub mod data;
 pub mod full;
+pub mod hooks;
 mod layer2;
 pub mod probes;
 pub mod simplified;

@@ -11,6 +11,7 @@
 //! selected tokens, and finally write the figures, notes and one verdict per claim.
 
 pub mod data;
+pub mod hooks;
 pub mod model;
 pub mod probes;
 pub mod reviews;

@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod data;
+pub mod hooks;
 pub mod model;
 pub mod probes;
 pub mod report;
