@@ -12,14 +12,18 @@ native module ``mechlab._native``); see docs/python.md.
 """
 
 from ._api import config, load, presets, reproduce, resume, run, sweep
-from ._errors import CheckpointError, ConfigError, MechlabError, RunFolderError, VerdictError
+from ._errors import CheckpointError, ConfigError, HookError, MechlabError, RunFolderError, VerdictError
+from ._model import Hook, Model
 from ._native import __version__
 from ._run import Run, Sweep
 
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "Hook",
+    "HookError",
     "MechlabError",
+    "Model",
     "Run",
     "RunFolderError",
     "Sweep",

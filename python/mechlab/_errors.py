@@ -19,3 +19,8 @@ class RunFolderError(MechlabError, FileNotFoundError):
 
 class VerdictError(MechlabError):
     """``reproduce(check=True)``: a claim was not borne out (or a run failed)."""
+
+
+class HookError(MechlabError, ValueError):
+    """An unknown hook point (the message names the closest), a bad hook or bad
+    model inputs."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
 from . import _native
+
+if TYPE_CHECKING:
+    from ._model import Model
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -74,6 +77,13 @@ class Run:
         by parameter name, in the run's dtype (float32 or float64)."""
         params, _ = _native.checkpoint(self.dir, step)
         return params
+
+    def model(self, step: Optional[int] = None) -> "Model":
+        """The run's model with the weights of checkpoint ``step`` (the latest by
+        default): ``hook_points()``, ``run_with_cache``, ``run_with_hooks``."""
+        from ._model import Model
+
+        return Model(_native.load_model(self.dir, step), self.dir)
 
 
 class Sweep:

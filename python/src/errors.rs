@@ -23,6 +23,8 @@ pub enum Kind {
     Checkpoint,
     /// A folder that is not a run (also a `FileNotFoundError`).
     RunFolder,
+    /// A bad hook name, hook or model input (also a `ValueError`).
+    Hook,
 }
 
 impl Kind {
@@ -32,6 +34,7 @@ impl Kind {
             Kind::Config => "ConfigError",
             Kind::Checkpoint => "CheckpointError",
             Kind::RunFolder => "RunFolderError",
+            Kind::Hook => "HookError",
         }
     }
 }

@@ -10,6 +10,7 @@
 mod errors;
 mod files;
 mod jobs;
+mod model;
 mod values;
 
 use pyo3::prelude::*;
@@ -31,5 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(jobs::resume, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::sweep, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::reproduce, m)?)?;
+    m.add_class::<model::Model>()?;
+    m.add_function(wrap_pyfunction!(model::load_model, m)?)?;
     Ok(())
 }

@@ -37,9 +37,9 @@ def test_run_returns_a_finished_run(induction_run):
     assert s["experiment"] == "induction" and s["seed"] == 2024
     assert np.isfinite(s["metrics"]["a"]) and s["metrics"]["a"] > 0.01  # a grew from a_init
     assert r.verdicts and {"claim", "prediction", "measured", "pass"} <= set(r.verdicts[0])
-    # The config header records the Python call that made the run.
-    head = (r.dir / "config.toml").read_text().splitlines()[1]
-    assert "mechlab.run('induction-simplified'" in head and "'train.steps': 50" in head
+    # run.json records the Python call that made the run.
+    made_by = " ".join(json.loads((r.dir / "run.json").read_text())["command"])
+    assert "mechlab.run('induction-simplified'" in made_by and "'train.steps': 50" in made_by
 
 
 def test_run_default_folder_and_seed():
