@@ -81,7 +81,9 @@ fn hook(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Hook> {
                 }
             } else {
                 let a: PyReadonlyArrayDyn<'_, f64> = v.extract().map_err(|_| {
-                    bad(format!("hook `{name}`: ablation must be \"zero\", \"mean\" or a float array"))
+                    bad(format!(
+                        "hook `{name}`: ablation must be \"zero\", \"mean\" or a float array"
+                    ))
                 })?;
                 let a = a.as_array();
                 Ablation::Patch(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
@@ -139,7 +141,10 @@ impl Model {
         let b = batch(py, tokens, targets)?;
         let res = py.detach(|| {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            self.inner.lock().expect("model lock").run_with_cache(&b, &refs)
+            self.inner
+                .lock()
+                .expect("model lock")
+                .run_with_cache(&b, &refs)
         });
         let (out, cache) = res.map_err(|e| hook_err(py, &e))?;
         let d = PyDict::new(py);
@@ -159,8 +164,16 @@ impl Model {
         targets: Option<PyReadonlyArrayDyn<'py, i64>>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let b = batch(py, tokens, targets)?;
-        let hooks = hooks.iter().map(|d| hook(py, d)).collect::<PyResult<Vec<_>>>()?;
-        let res = py.detach(|| self.inner.lock().expect("model lock").run_with_hooks(&b, &hooks));
+        let hooks = hooks
+            .iter()
+            .map(|d| hook(py, d))
+            .collect::<PyResult<Vec<_>>>()?;
+        let res = py.detach(|| {
+            self.inner
+                .lock()
+                .expect("model lock")
+                .run_with_hooks(&b, &hooks)
+        });
         to_numpy(py, res.map_err(|e| hook_err(py, &e))?)
     }
 }
