@@ -27,8 +27,8 @@
 //! ```
 
 use crate::config::{self, ConfigError};
-use crate::papers::induction::full::{Full, FullConfig};
 use crate::experiment::Dtype;
+use crate::papers::induction::full::{Full, FullConfig};
 use crate::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use crate::papers::induction::{InductionConfig, ModelKind};
 use crate::papers::selection::data::SeqData;
