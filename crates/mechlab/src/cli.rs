@@ -6,7 +6,7 @@
 //! `reproduce`) for it unchanged. Errors become one line on stderr and an exit
 //! code here, and only here (`anyhow` at the edge; typed errors below).
 
-use crate::commands::{self, sweep};
+use crate::commands::{self, cluster, slurm, sweep};
 use crate::experiment::{self, Registry};
 use crate::train::INTERRUPTED;
 use anyhow::{bail, Context, Result};
@@ -71,9 +71,26 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Runs at a time (default: the number of cores).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "slurm")]
         jobs: Option<usize>,
+        #[command(flatten)]
+        slurm: SlurmArgs,
     },
+    /// Run one shard of a cluster sweep (what each Slurm array task runs):
+    /// resumes unfinished runs from their checkpoints, skips finished ones.
+    SweepShard {
+        sweep: PathBuf,
+        /// i/n: run the runs whose index is i modulo n.
+        #[arg(long)]
+        shard: String,
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+    },
+    /// Merge a cluster sweep's runs into index.csv and summary.csv / summary.json,
+    /// reporting failed and missing runs with their logs.
+    SweepMerge { sweep: PathBuf },
+    /// How many runs of a cluster sweep are done, running, pending and failed.
+    SweepStatus { sweep: PathBuf },
     /// Merge the folders of a sharded sweep into one index and summary.
     Merge {
         shards: Vec<PathBuf>,
@@ -100,6 +117,42 @@ enum Cmd {
         #[arg(long, default_value = "runs/reproduce")]
         out: PathBuf,
     },
+}
+
+/// `mechlab sweep --slurm` and its sbatch options.
+#[derive(clap::Args)]
+struct SlurmArgs {
+    /// Submit the sweep as a Slurm job array (one task per shard) plus a merge job.
+    #[arg(long, conflicts_with = "shard")]
+    slurm: bool,
+    /// Write the sbatch scripts but submit nothing.
+    #[arg(long, requires = "slurm")]
+    dry_run: bool,
+    /// Array tasks (default: one per run).
+    #[arg(long, requires = "slurm")]
+    shards: Option<usize>,
+    #[arg(long, requires = "slurm")]
+    partition: Option<String>,
+    /// Time limit per task, e.g. 01:30:00.
+    #[arg(long, requires = "slurm", value_name = "HH:MM:SS")]
+    time: Option<String>,
+    /// CPUs per task (also the runs each task runs at a time; default 1).
+    #[arg(long, requires = "slurm")]
+    cpus_per_task: Option<usize>,
+    /// Memory per task, e.g. 4G.
+    #[arg(long, requires = "slurm")]
+    mem: Option<String>,
+    /// At most K tasks at once (--array=0-N%K).
+    #[arg(long, requires = "slurm", value_name = "K")]
+    array_parallelism: Option<usize>,
+    /// Any other sbatch option, written as an #SBATCH line (repeatable).
+    #[arg(
+        long = "sbatch-arg",
+        requires = "slurm",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
+    sbatch_arg: Vec<String>,
 }
 
 /// Runs the command line with `registry`'s papers and exits with its status.
@@ -205,6 +258,7 @@ where
             shard,
             out,
             jobs,
+            slurm: sl,
         } => {
             let spec = sweep::SweepSpec {
                 source: source.clone(),
@@ -221,6 +275,9 @@ where
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or(source.clone());
             let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(stem));
+            if sl.slurm {
+                return submit_sweep(&spec, &out, sl);
+            }
             let jobs = jobs.unwrap_or_else(|| {
                 std::thread::available_parallelism()
                     .map(|n| n.get())
@@ -237,6 +294,44 @@ where
                 return Ok(1);
             }
         }
+        Cmd::SweepShard { sweep, shard, jobs } => {
+            let shard = sweep::parse_shard(&shard)?;
+            let rows = cluster::run_shard(&sweep, shard, jobs, &command)?;
+            let failed = rows.iter().filter(|r| r.status != "ok").count();
+            println!(
+                "shard {}/{}: {} runs ({failed} failed)",
+                shard.0,
+                shard.1,
+                rows.len()
+            );
+            if failed > 0 {
+                return Ok(1);
+            }
+        }
+        Cmd::SweepMerge { sweep } => {
+            let report = cluster::merge_sweep(&sweep)?;
+            let counts = sweep::RunCounts::of(&report.rows);
+            println!(
+                "{} of {} runs ok, {} failed, {} missing: {}",
+                counts.ok,
+                counts.planned,
+                counts.failed,
+                counts.missing,
+                sweep.join("summary.csv").display()
+            );
+            for p in &report.problems {
+                let log = p
+                    .log
+                    .as_deref()
+                    .unwrap_or("no log (its task never started)");
+                println!("  {} (shard {}): {} — log: {log}", p.run, p.shard, p.status);
+            }
+            if !report.problems.is_empty() {
+                println!("rerun: see docs/cluster.md (failed.csv lists them)");
+                return Ok(1);
+            }
+        }
+        Cmd::SweepStatus { sweep } => print!("{}", slurm::status_report(&sweep)?),
         Cmd::Merge { shards, out } => {
             let rows = sweep::merge(&shards, &out)?;
             println!(
@@ -273,6 +368,48 @@ where
                 return Ok(2);
             }
         }
+    }
+    Ok(0)
+}
+
+/// `mechlab sweep --slurm`: plan, write the scripts, submit (unless --dry-run).
+fn submit_sweep(spec: &sweep::SweepSpec, out: &std::path::Path, a: SlurmArgs) -> Result<i32> {
+    let opts = slurm::SlurmOptions {
+        partition: a.partition,
+        time: a.time,
+        cpus_per_task: a.cpus_per_task,
+        mem: a.mem,
+        array_parallelism: a.array_parallelism,
+        sbatch_args: a.sbatch_arg,
+    };
+    let binary = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .context("finding the mechlab binary for the sbatch script")?;
+    let writer = cluster::Writer {
+        binary: binary.display().to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let l = slurm::launch(spec, out, a.shards, &opts, writer, a.dry_run)?;
+    println!(
+        "{} runs in {} array tasks: {}",
+        l.runs,
+        l.shards,
+        l.sweep.display()
+    );
+    println!("  {}", l.array_script.display());
+    println!("  {}", l.merge_script.display());
+    match l.jobs {
+        Some(j) => println!(
+            "submitted array job {} and merge job {} (afterany); follow with `mechlab sweep-status {}`",
+            j.array,
+            j.merge,
+            l.sweep.display()
+        ),
+        None => println!(
+            "dry run, nothing submitted; to submit: id=$(sbatch --parsable {}) && sbatch --dependency=afterany:$id {}",
+            l.array_script.display(),
+            l.merge_script.display()
+        ),
     }
     Ok(0)
 }

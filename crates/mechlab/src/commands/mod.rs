@@ -1,9 +1,11 @@
 //! What the CLI calls: resolve a config, run, resume, report, sweep, export and
 //! reproduce. Each returns typed errors; only `main.rs` turns them into exit codes.
 
+pub mod cluster;
 pub mod export;
 pub mod report;
 pub mod reproduce;
+pub mod slurm;
 pub mod sweep;
 
 use crate::config::{self, presets, ConfigError};

@@ -3,9 +3,12 @@
 //! Runs go to `<out>/runs/p<point>-s<seed>/`; `index.csv` has one row per run (its
 //! grid values, status and every summary metric) and `summary.csv` / `summary.json`
 //! give each metric's mean, std (sample), min and max over the seeds of each grid
-//! point. `--shard i/n` runs only the runs whose index is `i` modulo `n` (`i` from
-//! 0), so a cluster job array can split a sweep; [`merge`] combines the shards'
-//! folders into the summary an unsharded sweep would have written.
+//! point, with `n` (the runs averaged) and `missing` (the point's runs without a
+//! value), and `summary.json` counts the planned, ok, failed and missing runs.
+//! `--shard i/n` runs only the runs whose index is `i` modulo `n` (`i` from 0), so
+//! a cluster job array can split a sweep; [`merge`] combines the shards' folders
+//! into the summary an unsharded sweep would have written. `--slurm` (see
+//! [`super::cluster`] and [`super::slurm`]) does that split on a Slurm cluster.
 //!
 //! ```
 //! use mechlab::commands::sweep::{parse_grid, parse_seeds, parse_shard};
@@ -136,6 +139,30 @@ fn points(grid: &[(String, Vec<String>)]) -> Vec<Vec<String>> {
     })
 }
 
+/// Every run of a sweep as `(grid point, grid values, seed)`, in the order whose
+/// index `--shard i/n` takes modulo `n`: points slowest, seeds fastest.
+pub fn plan(grid: &[(String, Vec<String>)], seeds: &[u64]) -> Vec<(usize, Vec<String>, u64)> {
+    let mut plan = Vec::new();
+    for (pi, vals) in points(grid).into_iter().enumerate() {
+        for &seed in seeds {
+            plan.push((pi, vals.clone(), seed));
+        }
+    }
+    plan
+}
+
+/// The resolved config of one run: the sweep's overrides, then its grid values.
+pub(crate) fn resolve_run(
+    spec: &SweepSpec,
+    keys: &[String],
+    vals: &[String],
+    seed: u64,
+) -> Result<Resolved, SweepError> {
+    let mut ov = spec.overrides.clone();
+    ov.extend(keys.iter().zip(vals).map(|(k, v)| format!("{k}={v}")));
+    Ok(resolve(&spec.source, &ov, Some(seed))?)
+}
+
 /// Runs the sweep into `out` with `jobs` runs at a time; returns the rows it ran.
 pub fn sweep(
     spec: &SweepSpec,
@@ -156,21 +183,13 @@ pub fn sweep_with_progress(
     progress: Option<&Progress>,
 ) -> Result<Vec<Row>, SweepError> {
     let keys: Vec<String> = spec.grid.iter().map(|(k, _)| k.clone()).collect();
-    let mut plan: Vec<(usize, Vec<String>, u64)> = Vec::new();
-    for (pi, vals) in points(&spec.grid).into_iter().enumerate() {
-        for &seed in &spec.seeds {
-            plan.push((pi, vals.clone(), seed));
-        }
-    }
     // Resolve every config first so a bad key fails before anything runs.
-    let resolved: Vec<(usize, Vec<String>, u64, Resolved)> = plan
+    let resolved: Vec<(usize, Vec<String>, u64, Resolved)> = plan(&spec.grid, &spec.seeds)
         .into_iter()
         .enumerate()
         .filter(|(i, _)| spec.shard.is_none_or(|(s, n)| i % n == s))
         .map(|(_, (pi, vals, seed))| {
-            let mut ov = spec.overrides.clone();
-            ov.extend(keys.iter().zip(&vals).map(|(k, v)| format!("{k}={v}")));
-            resolve(&spec.source, &ov, Some(seed)).map(|r| (pi, vals, seed, r))
+            resolve_run(spec, &keys, &vals, seed).map(|r| (pi, vals, seed, r))
         })
         .collect::<Result<_, _>>()?;
     std::fs::create_dir_all(out.join("runs")).map_err(io_err(out))?;
@@ -215,8 +234,9 @@ pub fn sweep_with_progress(
     Ok(rows)
 }
 
-/// Writes `index.csv`, `summary.csv` and `summary.json` for `rows`.
-fn write_all(out: &Path, keys: &[String], rows: &[Row]) -> Result<(), SweepError> {
+/// Writes `index.csv`, `summary.csv` and `summary.json` for `rows` (every planned
+/// run, whatever its status, so that the summary can count the missing ones).
+pub(crate) fn write_all(out: &Path, keys: &[String], rows: &[Row]) -> Result<(), SweepError> {
     let mut rows = rows.to_vec();
     rows.sort_by_key(|r| (r.point, r.seed));
     let names: BTreeSet<String> = rows
@@ -252,20 +272,21 @@ fn write_all(out: &Path, keys: &[String], rows: &[Row]) -> Result<(), SweepError
     let stats = summarize(keys, &rows);
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = keys.iter().map(|k| format!("grid:{k}")).collect();
-    header.extend(["metric", "n", "mean", "std", "min", "max"].map(String::from));
+    header.extend(["metric", "n", "mean", "std", "min", "max", "missing"].map(String::from));
     w.write_record(&header).map_err(csv_err)?;
     for s in &stats {
         let mut rec = s.values.clone();
         rec.push(s.metric.clone());
         rec.push(s.n.to_string());
         rec.extend([s.mean, s.std, s.min, s.max].map(|v| format!("{v:?}")));
+        rec.push(s.missing.to_string());
         w.write_record(&rec).map_err(csv_err)?;
     }
     let bytes = w.into_inner().map_err(|e| SweepError::Arg(e.to_string()))?;
     let p = out.join("summary.csv");
     atomic::write(&p, &bytes).map_err(io_err(&p))?;
     let p = out.join("summary.json");
-    let json = serde_json::json!({ "grid": keys, "stats": stats });
+    let json = serde_json::json!({ "grid": keys, "runs": RunCounts::of(&rows), "stats": stats });
     atomic::write(
         &p,
         serde_json::to_string_pretty(&json)
@@ -276,13 +297,43 @@ fn write_all(out: &Path, keys: &[String], rows: &[Row]) -> Result<(), SweepError
     Ok(())
 }
 
+/// How many of a sweep's planned runs finished (`ok`), failed (`error: ...`) or
+/// left no result (`missing`: their task was killed or never ran).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct RunCounts {
+    pub planned: usize,
+    pub ok: usize,
+    pub failed: usize,
+    pub missing: usize,
+}
+
+impl RunCounts {
+    pub fn of(rows: &[Row]) -> Self {
+        let ok = rows.iter().filter(|r| r.status == "ok").count();
+        let missing = rows.iter().filter(|r| r.status == MISSING).count();
+        RunCounts {
+            planned: rows.len(),
+            ok,
+            failed: rows.len() - ok - missing,
+            missing,
+        }
+    }
+}
+
+/// The status of a planned run that left neither a result nor an error.
+pub const MISSING: &str = "missing";
+
 /// One metric's statistics over the seeds of one grid point.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Stat {
     pub point: usize,
     pub values: Vec<String>,
     pub metric: String,
+    /// Runs the statistics are over.
     pub n: usize,
+    /// Planned runs of this grid point that gave no value (failed, missing, or
+    /// without this metric): a mean over fewer seeds says so here.
+    pub missing: usize,
     pub mean: f64,
     pub std: f64,
     pub min: f64,
@@ -290,9 +341,14 @@ pub struct Stat {
 }
 
 /// Mean, sample standard deviation, min and max of every metric per grid point,
-/// over the runs whose status is `ok`, in (point, metric) order.
+/// over the runs whose status is `ok`, in (point, metric) order; `missing` counts
+/// the point's other rows.
 pub fn summarize(_keys: &[String], rows: &[Row]) -> Vec<Stat> {
     let mut by: BTreeMap<(usize, String), (Vec<String>, Vec<f64>)> = BTreeMap::new();
+    let mut planned: BTreeMap<usize, usize> = BTreeMap::new();
+    for r in rows {
+        *planned.entry(r.point).or_default() += 1;
+    }
     let mut sorted = rows.to_vec();
     sorted.sort_by_key(|r| (r.point, r.seed));
     for r in sorted.iter().filter(|r| r.status == "ok") {
@@ -313,6 +369,7 @@ pub fn summarize(_keys: &[String], rows: &[Row]) -> Vec<Stat> {
                 0.0
             };
             Stat {
+                missing: planned[&point] - n,
                 point,
                 values,
                 metric,
