@@ -10,9 +10,11 @@ pub mod sweep;
 
 use crate::config::{self, presets, ConfigError};
 use crate::experiment::{self, Experiment, ExperimentError, Prepared};
+use crate::run::progress::Progress;
 use crate::run::summary::Summary;
 use crate::run::RunCtx;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A config resolved from a preset or file, with overrides applied.
 pub struct Resolved {
@@ -102,7 +104,19 @@ pub fn run(
     command: &str,
     quiet: bool,
 ) -> Result<Summary, ExperimentError> {
+    run_with_progress(resolved, dir, command, quiet, None)
+}
+
+/// [`run`], reporting the training steps done into `progress` as it goes.
+pub fn run_with_progress(
+    resolved: &Resolved,
+    dir: &Path,
+    command: &str,
+    quiet: bool,
+    progress: Option<Arc<Progress>>,
+) -> Result<Summary, ExperimentError> {
     let mut ctx = RunCtx::create(dir, resolved.table.clone(), command, quiet)?;
+    ctx.progress = progress;
     tracing::info!(run = %dir.display(), experiment = resolved.experiment.name(), "run started");
     let summary = resolved.prepared.run(&mut ctx)?;
     tracing::info!(run = %dir.display(), pass = summary.all_pass(), "run finished");

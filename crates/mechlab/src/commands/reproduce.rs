@@ -8,6 +8,7 @@
 
 use super::{report, resolve, run};
 use crate::experiment::{self, ExperimentError, ReproduceItem};
+use crate::run::progress::Progress;
 use crate::run::summary::Summary;
 use crate::run::{atomic, io_err, RunError};
 use mechlab_report::{Block, Report, Section, Verdict};
@@ -37,6 +38,17 @@ pub fn reproduce(
     quiet: bool,
     command: &str,
 ) -> Result<Vec<Outcome>, ExperimentError> {
+    reproduce_with_progress(papers, out, quiet, command, None)
+}
+
+/// [`reproduce`], counting finished runs into `progress`.
+pub fn reproduce_with_progress(
+    papers: &[String],
+    out: &Path,
+    quiet: bool,
+    command: &str,
+    progress: Option<&Progress>,
+) -> Result<Vec<Outcome>, ExperimentError> {
     let all = experiment::all();
     for p in papers {
         if !all.iter().any(|e| e.name() == p) {
@@ -46,11 +58,15 @@ pub fn reproduce(
             )));
         }
     }
-    let mut outcomes = Vec::new();
-    for exp in all
+    let chosen: Vec<_> = all
         .iter()
         .filter(|e| papers.is_empty() || papers.iter().any(|p| p == e.name()))
-    {
+        .collect();
+    if let Some(p) = progress {
+        p.set_total(chosen.iter().map(|e| e.reproduce().len() as u64).sum());
+    }
+    let mut outcomes = Vec::new();
+    for exp in chosen {
         let items = exp.reproduce();
         for item in &items {
             let name = run_name(item, &items);
@@ -72,6 +88,9 @@ pub fn reproduce(
                 seconds: t0.elapsed().as_secs_f64(),
                 result,
             });
+            if let Some(p) = progress {
+                p.inc();
+            }
         }
     }
     write_combined(out, &outcomes)?;

@@ -18,6 +18,7 @@
 //! ```
 
 use super::{resolve, run, Resolved};
+use crate::run::progress::Progress;
 use crate::run::{atomic, io_err, RunError};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -169,6 +170,18 @@ pub fn sweep(
     jobs: usize,
     command: &str,
 ) -> Result<Vec<Row>, SweepError> {
+    sweep_with_progress(spec, out, jobs, command, None)
+}
+
+/// [`sweep`], counting finished runs into `progress` (which replaces the
+/// terminal bar).
+pub fn sweep_with_progress(
+    spec: &SweepSpec,
+    out: &Path,
+    jobs: usize,
+    command: &str,
+    progress: Option<&Progress>,
+) -> Result<Vec<Row>, SweepError> {
     let keys: Vec<String> = spec.grid.iter().map(|(k, _)| k.clone()).collect();
     // Resolve every config first so a bad key fails before anything runs.
     let resolved: Vec<(usize, Vec<String>, u64, Resolved)> = plan(&spec.grid, &spec.seeds)
@@ -184,7 +197,13 @@ pub fn sweep(
         .num_threads(jobs.max(1))
         .build()
         .map_err(|e| SweepError::Arg(format!("thread pool: {e}")))?;
-    let bar = indicatif::ProgressBar::new(resolved.len() as u64);
+    let bar = match progress {
+        Some(p) => {
+            p.set_total(resolved.len() as u64);
+            indicatif::ProgressBar::hidden()
+        }
+        None => indicatif::ProgressBar::new(resolved.len() as u64),
+    };
     let rows: Vec<Row> = pool.install(|| {
         resolved
             .par_iter()
@@ -193,6 +212,9 @@ pub fn sweep(
                 let _ = std::fs::remove_dir_all(&dir);
                 let res = run(r, &dir, command, true);
                 bar.inc(1);
+                if let Some(p) = progress {
+                    p.inc();
+                }
                 let (status, metrics) = match res {
                     Ok(s) => ("ok".to_string(), s.metrics),
                     Err(e) => (format!("error: {e}"), BTreeMap::new()),

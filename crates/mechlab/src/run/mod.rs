@@ -17,12 +17,15 @@
 pub mod atomic;
 pub mod checkpoint;
 pub mod metrics;
+pub mod progress;
 pub mod summary;
 
 use crate::config::{self, ConfigError};
 use metrics::MetricsLog;
+use progress::Progress;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 use summary::Summary;
 use thiserror::Error;
@@ -102,6 +105,8 @@ pub struct RunCtx {
     started: Instant,
     /// Test hook: behave as if Ctrl-C arrived when training reaches this step.
     pub stop_at: Option<u64>,
+    /// Where the training loop reports its position, for an embedding program.
+    pub progress: Option<Arc<Progress>>,
 }
 
 impl RunCtx {
@@ -184,6 +189,7 @@ impl RunCtx {
             resuming,
             started: Instant::now(),
             stop_at: None,
+            progress: None,
         })
     }
 

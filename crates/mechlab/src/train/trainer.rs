@@ -154,6 +154,10 @@ pub fn fit<T: Float, M: Trainable<T>>(
         b
     };
     bar.set_position(s);
+    if let Some(p) = &ctx.progress {
+        p.set_total(total);
+        p.set_done(s);
+    }
 
     let mut opt: Option<(usize, Optimizer<T>)> = None;
     let mut last_loss = f64::NAN;
@@ -296,6 +300,9 @@ pub fn fit<T: Float, M: Trainable<T>>(
         }
         s += 1;
         bar.inc(1);
+        if let Some(p) = &ctx.progress {
+            p.set_done(s);
+        }
     }
     bar.finish_and_clear();
     Ok(Fitted {

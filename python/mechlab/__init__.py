@@ -1,0 +1,39 @@
+"""mechlab from Python: start runs and sweeps, read their metrics and checkpoints
+as numpy arrays and pandas frames.
+
+>>> import mechlab
+>>> r = mechlab.run("induction-simplified", overrides={"train.steps": 50})
+>>> r.summary["metrics"]["a"]            # doctest: +SKIP
+>>> r.metrics("probe")                    # a DataFrame, one row per probe step
+>>> r.checkpoint()["layer2.a"]            # doctest: +SKIP
+
+The work is done by the same Rust code as the ``mechlab`` command line (the
+native module ``mechlab._native``); see docs/python.md.
+"""
+
+from ._api import config, load, presets, reproduce, resume, run, sweep
+from ._errors import CheckpointError, ConfigError, HookError, MechlabError, RunFolderError, VerdictError
+from ._model import Hook, Model
+from ._native import __version__
+from ._run import Run, Sweep
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "Hook",
+    "HookError",
+    "MechlabError",
+    "Model",
+    "Run",
+    "RunFolderError",
+    "Sweep",
+    "VerdictError",
+    "__version__",
+    "config",
+    "load",
+    "presets",
+    "reproduce",
+    "resume",
+    "run",
+    "sweep",
+]

@@ -1,0 +1,168 @@
+"""The functions of the ``mechlab`` package: configs, runs, sweeps, reproduce."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _native
+from ._errors import ConfigError, VerdictError
+from ._progress import bar
+from ._run import PathLike, Run, Sweep
+
+Overrides = Optional[Dict[str, Any]]
+
+
+def _call(name: str, *args: Any, **kwargs: Any) -> str:
+    """The Python call as text, for the header of the run's ``config.toml``."""
+    parts = [repr(str(a)) if isinstance(a, os.PathLike) else repr(a) for a in args]
+    parts += [f"{k}={v!r}" for k, v in kwargs.items() if v is not None]
+    return f"python: mechlab.{name}({', '.join(parts)})"
+
+
+def _source(preset_or_path: Union[str, "os.PathLike[str]"]) -> str:
+    return os.fspath(preset_or_path)
+
+
+def presets() -> List[str]:
+    """Every preset's name, in ``mechlab list`` order."""
+    return list(_native.presets())
+
+
+def config(preset: Union[str, "os.PathLike[str]"], overrides: Overrides = None) -> Dict[str, Any]:
+    """The resolved config of a preset or TOML file with ``overrides`` applied
+    (dotted keys, type-checked as ``--set`` is; a bad one raises ConfigError)."""
+    return json.loads(_native.config_json(_source(preset), overrides))
+
+
+def run(
+    preset_or_path: Union[str, "os.PathLike[str]"],
+    *,
+    seed: Optional[int] = None,
+    overrides: Overrides = None,
+    out: Optional[PathLike] = None,
+    quiet: bool = True,
+) -> Run:
+    """Runs a preset or config file as ``mechlab run`` does and returns the run.
+
+    The folder is ``out`` or ``runs/<preset>-s<seed>`` (made unique). The GIL is
+    released while it trains; Ctrl-C (KeyboardInterrupt) writes a checkpoint and
+    stops, and ``resume(run_dir)`` continues it bit for bit.
+    """
+    src = _source(preset_or_path)
+    cmd = _call("run", src, seed=seed, overrides=overrides, out=out)
+    with bar(quiet, src, "step") as cb:
+        d = _native.run(
+            src, seed=seed, overrides=overrides, out=out, command=cmd, on_progress=cb
+        )
+    return Run(d)
+
+
+def load(run_dir: PathLike) -> Run:
+    """Opens an existing run folder (RunFolderError when it is not one)."""
+    return Run(run_dir)
+
+
+def resume(run_dir: PathLike, *, quiet: bool = True) -> Run:
+    """Continues an interrupted run from its latest checkpoint, as ``mechlab resume``."""
+    with bar(quiet, f"resume {Path(run_dir).name}", "run") as cb:
+        d = _native.resume(Path(run_dir), on_progress=cb)
+    return Run(d)
+
+
+def _seeds(seeds: Union[str, Iterable[int]]) -> List[int]:
+    if isinstance(seeds, str):
+        text = seeds.strip()
+        try:
+            if ".." in text:
+                a, b = (int(x) for x in text.split("..", 1))
+                if a >= b:
+                    raise ValueError
+                return list(range(a, b))
+            return [int(x) for x in text.split(",")]
+        except ValueError:
+            raise ConfigError(f"seeds {seeds!r}: expected 'a..b' or 'a,b,c'") from None
+    return [int(s) for s in seeds]
+
+
+def sweep(
+    preset_or_path: Union[str, "os.PathLike[str]"],
+    grid: Dict[str, Sequence[Any]],
+    *,
+    seeds: Union[str, Iterable[int]] = "0..2",
+    overrides: Overrides = None,
+    out: Optional[PathLike] = None,
+    jobs: Optional[int] = None,
+    shard: Optional[Tuple[int, int]] = None,
+    quiet: bool = True,
+) -> Sweep:
+    """Runs the grid (the product of ``grid``'s value lists) times ``seeds`` in
+    parallel, as ``mechlab sweep`` does, into ``out`` (default
+    ``sweeps/<preset>``); a failed run is a row with its error, not an exception."""
+    src = _source(preset_or_path)
+    if out is None:
+        out = Path("sweeps") / Path(src).stem
+    seed_list = _seeds(seeds)
+    cmd = _call("sweep", src, grid, seeds=seeds, overrides=overrides, out=out, jobs=jobs, shard=shard)
+    with bar(quiet, f"sweep {src}", "run") as cb:
+        d = _native.sweep(
+            src,
+            grid,
+            seed_list,
+            overrides=overrides,
+            out=Path(out),
+            jobs=jobs,
+            shard=shard,
+            command=cmd,
+            on_progress=cb,
+        )
+    return Sweep(d)
+
+
+def reproduce(
+    papers: Optional[Sequence[str]] = None,
+    check: bool = False,
+    out: Optional[PathLike] = None,
+    quiet: bool = True,
+) -> List[Dict[str, Any]]:
+    """Runs every paper's reproduce presets (or those of ``papers``: induction,
+    selection, topic) into ``out`` (default ``runs/reproduce``) and writes the
+    combined report there, as ``mechlab reproduce`` does.
+
+    Returns one dict per run: ``paper``, ``name``, ``dir``, ``seconds``,
+    ``summary`` (dict, or None when the run failed), ``error`` and ``run``. With
+    ``check=True`` a failed verdict or run raises VerdictError after all ran.
+    """
+    out = Path("runs/reproduce") if out is None else Path(out)
+    if isinstance(papers, str):
+        papers = [papers]
+    papers = list(papers or [])
+    cmd = _call("reproduce", papers, check=check or None, out=out)
+    with bar(quiet, "reproduce", "run") as cb:
+        raw = _native.reproduce(papers, out, command=cmd, on_progress=cb)
+    results = []
+    for r in raw:
+        summary = None if r["summary_json"] is None else json.loads(r["summary_json"])
+        results.append(
+            {
+                "paper": r["paper"],
+                "name": r["name"],
+                "dir": Path(r["dir"]),
+                "seconds": r["seconds"],
+                "summary": summary,
+                "error": r["error"],
+                "run": Run(r["dir"]) if summary is not None else None,
+            }
+        )
+    if check:
+        bad = []
+        for r in results:
+            if r["error"] is not None:
+                bad.append(f"{r['name']}: error: {r['error']}")
+            else:
+                bad += [f"{r['name']}: {v['claim']} (measured {v['measured']})" for v in r["summary"]["verdicts"] if not v["pass"]]
+        if bad:
+            raise VerdictError("claims not borne out:\n  " + "\n  ".join(bad))
+    return results

@@ -1,0 +1,121 @@
+"""A run folder, read from Python: config, summary, metrics, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+
+import numpy as np
+
+from . import _native
+
+if TYPE_CHECKING:
+    from ._model import Model
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Run:
+    """A run folder (``runs/<preset>-s<seed>/``) and what it recorded.
+
+    Every attribute reads the folder's files through the same Rust code the CLI
+    uses; nothing is cached but the config and the summary.
+    """
+
+    def __init__(self, run_dir: PathLike) -> None:
+        self.dir = Path(run_dir)
+        # Fails now, with RunFolderError, on a folder that is not a run.
+        self._config: Dict[str, Any] = json.loads(_native.read_config_json(self.dir))
+        self._summary: Optional[Dict[str, Any]] = None
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r})"
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The resolved config (every key), as saved in ``config.toml``."""
+        return self._config
+
+    @property
+    def summary(self) -> Optional[Dict[str, Any]]:
+        """``summary.json``: ``{"experiment", "seed", "metrics", "verdicts"}``;
+        ``None`` for a run that has not finished (interrupted: see ``resume``)."""
+        if self._summary is None:
+            text = _native.read_summary_json(self.dir)
+            if text is None:
+                return None
+            self._summary = json.loads(text)
+        return self._summary
+
+    @property
+    def verdicts(self) -> List[Dict[str, Any]]:
+        """One dict per claim: ``claim``, ``prediction``, ``measured``, ``pass``."""
+        s = self.summary
+        return [] if s is None else list(s["verdicts"])
+
+    def metrics(self, event: str = "train") -> Any:
+        """The ``event`` records of ``metrics.jsonl`` (``train``: loss, lr and
+        gradient norms; ``probe``: the mechanism's measurements), one row per
+        record: a ``pandas.DataFrame`` when pandas is installed, else a dict of
+        numpy columns. ``step`` is int64, every other column float64 (NaN where
+        a record lacks it)."""
+        cols = _native.metrics(self.dir, event)
+        try:
+            import pandas as pd
+        except ImportError:
+            return cols
+        return pd.DataFrame(cols)
+
+    def steps(self) -> List[int]:
+        """The steps that have a checkpoint, ascending."""
+        return _native.steps(self.dir)
+
+    def checkpoint(self, step: Optional[int] = None) -> Dict[str, np.ndarray]:
+        """The model's parameters at checkpoint ``step`` (the latest by default),
+        by parameter name, in the run's dtype (float32 or float64)."""
+        params, _ = _native.checkpoint(self.dir, step)
+        return params
+
+    def model(self, step: Optional[int] = None) -> "Model":
+        """The run's model with the weights of checkpoint ``step`` (the latest by
+        default): ``hook_points()``, ``run_with_cache``, ``run_with_hooks``."""
+        from ._model import Model
+
+        return Model(_native.load_model(self.dir, step), self.dir)
+
+
+class Sweep:
+    """A sweep folder: ``index.csv`` (one row per run), ``summary.csv`` (mean,
+    std, min, max per grid point and metric) and the runs under ``runs/``."""
+
+    def __init__(self, sweep_dir: PathLike) -> None:
+        self.dir = Path(sweep_dir)
+
+    def __repr__(self) -> str:
+        return f"Sweep({str(self.dir)!r})"
+
+    def _table(self, name: str) -> Any:
+        path = self.dir / name
+        try:
+            import pandas as pd
+        except ImportError:
+            import csv
+
+            with open(path, newline="") as f:
+                return list(csv.DictReader(f))
+        return pd.read_csv(path)
+
+    def index(self) -> Any:
+        """``index.csv``: a DataFrame with pandas, else a list of row dicts."""
+        return self._table("index.csv")
+
+    def summary(self) -> Any:
+        """``summary.csv``: a DataFrame with pandas, else a list of row dicts."""
+        return self._table("summary.csv")
+
+    def runs(self) -> List[Run]:
+        """Every run folder of the sweep (``p<point>-s<seed>``), in name order."""
+        root = self.dir / "runs"
+        return [Run(p) for p in sorted(root.iterdir()) if (p / "config.toml").is_file()]

@@ -1,0 +1,197 @@
+//! A trained model from Python: hook points, `run_with_cache`, `run_with_hooks`.
+//!
+//! `mechlab::inspect::load_model` picks the model from the run's config and
+//! loads the checkpoint's weights; this wraps the `HookedModel` it returns. Token
+//! ids arrive as an int64 `[batch, seq]` array (the Python layer converts), the
+//! activations leave as float64 numpy arrays that take over the Rust buffers.
+//! Forward passes release the GIL.
+
+use crate::errors::{self, Kind};
+use crate::files::run_folder;
+use mechlab::inspect::LoadError;
+use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArray2, PyReadonlyArrayDyn};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// A model loaded from a run's checkpoint.
+#[pyclass(module = "mechlab._native", name = "Model")]
+pub struct Model {
+    inner: Mutex<Box<dyn HookedModel + Send>>,
+    #[pyo3(get)]
+    step: u64,
+}
+
+fn hook_err(py: Python<'_>, e: &HookError) -> PyErr {
+    errors::raise(py, Kind::Hook, e.to_string())
+}
+
+fn to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    let a = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data)
+        .map_err(|e| errors::raise(py, Kind::Mechlab, format!("model output: {e}")))?;
+    Ok(a.into_pyarray(py))
+}
+
+fn batch(
+    py: Python<'_>,
+    tokens: PyReadonlyArray2<'_, i64>,
+    targets: Option<PyReadonlyArrayDyn<'_, i64>>,
+) -> PyResult<Batch> {
+    let a = tokens.as_array();
+    let (b, s) = a.dim();
+    let mut ids = Vec::with_capacity(b * s);
+    for ((i, j), &t) in a.indexed_iter() {
+        let id = u32::try_from(t).map_err(|_| {
+            errors::raise(
+                py,
+                Kind::Hook,
+                format!("inputs: token id {t} at [{i}, {j}] is not a vocabulary id"),
+            )
+        })?;
+        ids.push(id);
+    }
+    let mut batch = Batch::new(ids, b, s);
+    if let Some(t) = targets {
+        batch = batch.with_targets(t.as_array().iter().copied().collect());
+    }
+    Ok(batch)
+}
+
+fn hook(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Hook> {
+    let bad = |m: String| errors::raise(py, Kind::Hook, m);
+    let name: String = d
+        .get_item("name")?
+        .ok_or_else(|| bad("a hook needs a `name` (a hook point)".into()))?
+        .extract()?;
+    let ablation = match d.get_item("ablation")? {
+        None => Ablation::Zero,
+        Some(v) => {
+            if let Ok(s) = v.extract::<String>() {
+                match s.as_str() {
+                    "zero" => Ablation::Zero,
+                    "mean" => Ablation::Mean,
+                    other => {
+                        return Err(bad(format!(
+                            "hook `{name}`: ablation `{other}` (use \"zero\", \"mean\" or an array to patch in)"
+                        )))
+                    }
+                }
+            } else {
+                let a: PyReadonlyArrayDyn<'_, f64> = v.extract().map_err(|_| {
+                    bad(format!(
+                        "hook `{name}`: ablation must be \"zero\", \"mean\" or a float array"
+                    ))
+                })?;
+                let a = a.as_array();
+                Ablation::Patch(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
+            }
+        }
+    };
+    let idx = |key: &str| -> PyResult<Option<Vec<usize>>> {
+        match d.get_item(key)? {
+            None => Ok(None),
+            Some(v) if v.is_none() => Ok(None),
+            Some(v) => v
+                .extract::<Vec<usize>>()
+                .map(Some)
+                .map_err(|_| bad(format!("hook `{name}`: `{key}` must be a list of indices"))),
+        }
+    };
+    Ok(Hook {
+        heads: idx("heads")?,
+        positions: idx("positions")?,
+        name,
+        ablation,
+    })
+}
+
+#[pymethods]
+impl Model {
+    /// Every hook point, in forward order: dicts of name, layout and doc.
+    fn hook_points<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let pts = self.inner.lock().expect("model lock").hook_points();
+        let out = PyList::empty(py);
+        for p in pts {
+            let d = PyDict::new(py);
+            d.set_item("name", p.name)?;
+            d.set_item("layout", p.layout)?;
+            d.set_item("doc", p.doc)?;
+            out.append(d)?;
+        }
+        Ok(out)
+    }
+
+    /// The output's layout, e.g. `[batch, d_vocab]`.
+    fn output_layout(&self) -> String {
+        self.inner.lock().expect("model lock").output_layout()
+    }
+
+    /// Forward pass recording `names`: (output, {name: array}).
+    #[pyo3(signature = (tokens, names, targets=None))]
+    fn run_with_cache<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        names: Vec<String>,
+        targets: Option<PyReadonlyArrayDyn<'py, i64>>,
+    ) -> PyResult<(Bound<'py, PyArrayDyn<f64>>, Bound<'py, PyDict>)> {
+        let b = batch(py, tokens, targets)?;
+        let res = py.detach(|| {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            self.inner
+                .lock()
+                .expect("model lock")
+                .run_with_cache(&b, &refs)
+        });
+        let (out, cache) = res.map_err(|e| hook_err(py, &e))?;
+        let d = PyDict::new(py);
+        for (k, t) in cache {
+            d.set_item(k, to_numpy(py, t)?)?;
+        }
+        Ok((to_numpy(py, out)?, d))
+    }
+
+    /// Forward pass with `hooks` (dicts: name, ablation, heads, positions) applied.
+    #[pyo3(signature = (tokens, hooks, targets=None))]
+    fn run_with_hooks<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        hooks: Vec<Bound<'py, PyDict>>,
+        targets: Option<PyReadonlyArrayDyn<'py, i64>>,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+        let b = batch(py, tokens, targets)?;
+        let hooks = hooks
+            .iter()
+            .map(|d| hook(py, d))
+            .collect::<PyResult<Vec<_>>>()?;
+        let res = py.detach(|| {
+            self.inner
+                .lock()
+                .expect("model lock")
+                .run_with_hooks(&b, &hooks)
+        });
+        to_numpy(py, res.map_err(|e| hook_err(py, &e))?)
+    }
+}
+
+/// Loads the model of run `dir` at checkpoint `step` (the latest when `None`).
+#[pyfunction]
+#[pyo3(signature = (dir, step=None))]
+pub fn load_model(py: Python<'_>, dir: PathBuf, step: Option<u64>) -> PyResult<Model> {
+    let dir = run_folder(py, &dir)?;
+    let (_, at) = crate::files::resolve_step(py, &dir, step)?;
+    let m = py
+        .detach(|| mechlab::inspect::load_model(&dir, Some(at)))
+        .map_err(|e| match &e {
+            LoadError::Config(c) => errors::config(py, c),
+            _ => errors::raise(py, Kind::Checkpoint, e.to_string()),
+        })?;
+    Ok(Model {
+        inner: Mutex::new(m),
+        step: at,
+    })
+}

@@ -1,0 +1,97 @@
+//! Python values into config overrides, and the config functions.
+//!
+//! `overrides={"train.steps": 200}` becomes the `--set train.steps=200` the CLI
+//! would take: each value is turned into a TOML value (bool, int, float, str, or
+//! a list of those; numpy scalars too) and written back as TOML text, so the core
+//! type-checks it exactly as it checks `--set`, with the same messages.
+
+use crate::errors::{self, Kind};
+use mechlab::commands::{self, Resolved};
+use mechlab::config::presets as preset_list;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
+
+/// The TOML value of a Python config value; `key` names it in errors.
+pub fn to_toml(key: &str, v: &Bound<'_, PyAny>) -> PyResult<toml::Value> {
+    let py = v.py();
+    if v.is_instance_of::<PyBool>() {
+        return Ok(toml::Value::Boolean(v.extract()?));
+    }
+    if v.is_instance_of::<PyString>() {
+        return Ok(toml::Value::String(v.extract()?));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let items = v
+            .try_iter()?
+            .map(|x| to_toml(key, &x?))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(toml::Value::Array(items));
+    }
+    if v.is_instance_of::<PyFloat>() {
+        return Ok(toml::Value::Float(v.extract()?));
+    }
+    // Python ints and numpy integers (via __index__), then numpy floats.
+    if let Ok(i) = v.extract::<i64>() {
+        return Ok(toml::Value::Integer(i));
+    }
+    if let Ok(x) = v.extract::<f64>() {
+        return Ok(toml::Value::Float(x));
+    }
+    let ty = v.get_type().name()?.to_string();
+    Err(errors::raise(
+        py,
+        Kind::Config,
+        format!(
+            "override `{key}`: a {ty} is not a config value (use a bool, int, float, str or list)"
+        ),
+    ))
+}
+
+/// A dict of dotted keys as `key=value` override strings.
+pub fn overrides(overrides: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
+    let Some(d) = overrides else {
+        return Ok(Vec::new());
+    };
+    d.iter()
+        .map(|(k, v)| {
+            let key: String = k.extract().map_err(|_| {
+                errors::raise(
+                    k.py(),
+                    Kind::Config,
+                    format!("override keys are dotted strings like \"train.lr\", got {k}"),
+                )
+            })?;
+            Ok(format!("{key}={}", to_toml(&key, &v)?))
+        })
+        .collect()
+}
+
+/// Resolves a preset or file with overrides, raising `ConfigError`.
+pub fn resolve(
+    py: Python<'_>,
+    source: &str,
+    overrides: &[String],
+    seed: Option<u64>,
+) -> PyResult<Resolved> {
+    commands::resolve(source, overrides, seed).map_err(|e| errors::config(py, &e))
+}
+
+/// Every preset's name, in `mechlab list` order.
+#[pyfunction]
+pub fn presets() -> Vec<&'static str> {
+    preset_list::all().iter().map(|p| p.name).collect()
+}
+
+/// The resolved config of a preset or file, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (source, overrides=None, seed=None))]
+pub fn config_json(
+    py: Python<'_>,
+    source: &str,
+    overrides: Option<&Bound<'_, PyDict>>,
+    seed: Option<u64>,
+) -> PyResult<String> {
+    let ov = self::overrides(overrides)?;
+    let r = resolve(py, source, &ov, seed)?;
+    Ok(serde_json::to_string(&r.table).expect("TOML tables serialise as JSON"))
+}

@@ -1,0 +1,124 @@
+"""Long calls: progress, Ctrl-C and resume, sweep(), reproduce()."""
+
+import _thread
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import mechlab
+from mechlab import _native
+
+
+def test_progress_reaches_the_total(tmp_path):
+    seen = []
+    _native.run(
+        "induction-simplified",
+        overrides={"train.steps": 30},
+        out=tmp_path / "p",
+        on_progress=lambda done, total: seen.append((done, total)),
+    )
+    assert seen[-1] == (30, 30)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_quiet_prints_nothing_and_not_quiet_draws_a_bar(tmp_path, capfd):
+    pytest.importorskip("tqdm")
+    mechlab.run("selection-synthetic", out=tmp_path / "q", quiet=True)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    mechlab.run("selection-synthetic", out=tmp_path / "loud", quiet=False)
+    _, err = capfd.readouterr()
+    assert "selection-synthetic" in err and "2001/2001" in err
+
+
+def test_a_failing_progress_callback_stops_the_run(tmp_path):
+    def boom(done, total):
+        raise RuntimeError("callback failed")
+
+    with pytest.raises(RuntimeError, match="callback failed"):
+        _native.run("induction-simplified", overrides={"train.steps": 200}, out=tmp_path / "b", on_progress=boom)
+    # The stop flag was lowered again: the next run completes.
+    r = mechlab.run("selection-synthetic", out=tmp_path / "after")
+    assert r.summary is not None
+
+
+def test_ctrl_c_checkpoints_and_resume_is_bit_identical(tmp_path):
+    steps = 120
+    full = mechlab.run("induction-simplified", overrides={"train.steps": steps}, out=tmp_path / "full")
+    # Ctrl-C as the terminal sends it, once training is under way (the step-4
+    # checkpoint exists), whatever the machine's load.
+    def interrupt_when_training():
+        mark = tmp_path / "cut" / "checkpoints" / "step_000004.safetensors"
+        deadline = time.monotonic() + 120
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        _thread.interrupt_main()
+
+    watcher = threading.Thread(target=interrupt_when_training)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt, match=r"interrupted at step \d+; checkpoint .*step_\d+\.safetensors written"):
+        mechlab.run("induction-simplified", overrides={"train.steps": steps}, out=tmp_path / "cut")
+    watcher.join()
+    cut = mechlab.load(tmp_path / "cut")
+    assert cut.summary is None and cut.verdicts == []
+    assert 0 < cut.steps()[-1] < steps
+    done = mechlab.resume(cut.dir)
+    assert done.steps()[-1] == steps
+    a, b = full.checkpoint(), done.checkpoint()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert done.summary == full.summary
+
+
+def test_sweep_runs_the_grid_times_the_seeds(tmp_path):
+    pd = pytest.importorskip("pandas")
+    s = mechlab.sweep(
+        "selection-synthetic",
+        {"model.d_model": [16, 32]},
+        seeds=[0, 1],
+        overrides={"synthetic.n_train": 128},
+        out=tmp_path / "sw",
+        jobs=2,
+    )
+    index = s.index()
+    assert isinstance(index, pd.DataFrame) and len(index) == 4
+    assert list(index["status"]) == ["ok"] * 4
+    assert sorted(index["grid:model.d_model"]) == [16, 16, 32, 32]
+    summary = s.summary()
+    # Two seeds per point (a metric a run could not measure counts fewer).
+    assert summary["n"].max() == 2 and set(summary["grid:model.d_model"]) == {16, 32}
+    runs = s.runs()
+    assert len(runs) == 4 and runs[0].config["synthetic"]["n_train"] == 128
+
+
+def test_sweep_default_folder_seed_ranges_and_shards():
+    s = mechlab.sweep("selection-synthetic", {"synthetic.n_train": [64]}, seeds="0..3", shard=(1, 2))
+    assert str(s.dir) == "sweeps/selection-synthetic"
+    # Runs 0, 1, 2 of the plan; shard 1 of 2 takes run 1 only.
+    assert [r.dir.name for r in s.runs()] == ["p0-s1"]
+
+
+def test_sweep_bad_input():
+    with pytest.raises(mechlab.ConfigError, match="model.d_modl"):
+        mechlab.sweep("selection-synthetic", {"model.d_modl": [1, 2]}, seeds=[0])
+    with pytest.raises(mechlab.ConfigError, match="no values"):
+        mechlab.sweep("selection-synthetic", {"model.d_model": []}, seeds=[0])
+    with pytest.raises(mechlab.ConfigError, match="expected 'a..b'"):
+        mechlab.sweep("selection-synthetic", {"model.d_model": [8]}, seeds="3..1")
+    with pytest.raises(mechlab.ConfigError, match=r"shard \(2, 2\)"):
+        mechlab.sweep("selection-synthetic", {"model.d_model": [8]}, seeds=[0], shard=(2, 2))
+
+
+def test_reproduce_one_paper(tmp_path):
+    res = mechlab.reproduce(["selection"], check=True, out=tmp_path / "rep")
+    assert [r["paper"] for r in res] == ["selection"] * len(res) and res
+    r = res[0]
+    assert r["error"] is None and r["summary"]["verdicts"] and r["seconds"] > 0
+    assert isinstance(r["run"], mechlab.Run) and r["run"].summary == r["summary"]
+    assert (tmp_path / "rep" / "report.html").is_file()
+
+
+def test_reproduce_unknown_paper():
+    with pytest.raises(mechlab.MechlabError, match=r"no paper experiment `inductoin`"):
+        mechlab.reproduce(["inductoin"])

@@ -1,0 +1,73 @@
+"""Run.model(): hook points, run_with_cache, run_with_hooks, bad input."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+import mechlab
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    # induction-simplified has a 3-token vocabulary.
+    return np.random.default_rng(0).integers(0, 3, size=(2, 20))
+
+
+def test_hook_points_and_cache(induction_run, tokens):
+    m = induction_run.model()
+    assert m.step == induction_run.steps()[-1]
+    names = [p["name"] for p in m.hook_points()]
+    assert "blocks.0.attn.hook_pattern" in names
+    out, cache = m.run_with_cache(tokens)
+    assert out.shape[0] == 2 and out.dtype == np.float64
+    assert set(cache) == set(names)
+    pat = cache["blocks.0.attn.hook_pattern"]
+    assert pat.ndim == 4 and pat.shape[0] == 2
+    only, one = m.run_with_cache(tokens, ["blocks.1.attn.hook_pattern"])
+    assert list(one) == ["blocks.1.attn.hook_pattern"]
+    np.testing.assert_array_equal(only, out)
+    # A single sequence is a batch of one.
+    single, _ = m.run_with_cache(tokens[0], [])
+    np.testing.assert_allclose(single[0], out[0])
+
+
+def test_hooks_change_the_output(induction_run, tokens):
+    m = induction_run.model()
+    out, _ = m.run_with_cache(tokens, [])
+    zeroed = m.run_with_hooks(tokens, [mechlab.Hook("blocks.1.attn.hook_pattern")])
+    assert np.abs(zeroed - out).max() > 1e-3
+    as_dict = m.run_with_hooks(tokens, [{"name": "blocks.1.attn.hook_pattern", "ablation": "zero"}])
+    np.testing.assert_array_equal(as_dict, zeroed)
+    assert np.array_equal(m.run_with_hooks(tokens, []), out)
+
+
+def test_earlier_checkpoint(induction_run, tokens):
+    a, _ = induction_run.model(step=0).run_with_cache(tokens, [])
+    b, _ = induction_run.model().run_with_cache(tokens, [])
+    assert not np.allclose(a, b)
+
+
+def test_bad_hooks_and_inputs(induction_run, tokens):
+    m = induction_run.model()
+    with pytest.raises(mechlab.HookError, match=r"unknown hook point `blocks.0.attn.hook_patern`"):
+        m.run_with_cache(tokens, ["blocks.0.attn.hook_patern"])
+    with pytest.raises(ValueError, match=r"token id -1 at \[0, 0\]"):
+        m.run_with_cache(np.full((1, 5), -1))
+    with pytest.raises(mechlab.HookError, match="integer token ids"):
+        m.run_with_cache(np.zeros((1, 5)))
+    with pytest.raises(mechlab.HookError, match=r"ablation `half`"):
+        m.run_with_hooks(tokens, [{"name": "blocks.1.attn.hook_pattern", "ablation": "half"}])
+    with pytest.raises(mechlab.HookError, match="needs a `name`"):
+        m.run_with_hooks(tokens, [{"ablation": "zero"}])
+    with pytest.raises(mechlab.CheckpointError, match=r"no checkpoint at step 3"):
+        induction_run.model(step=3)
+
+
+def test_model_of_a_corrupt_checkpoint(induction_run, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(induction_run.dir, copy)
+    ck = copy / "checkpoints" / "step_000050.safetensors"
+    ck.write_bytes(ck.read_bytes()[:64])
+    with pytest.raises(mechlab.CheckpointError, match="step_000050.safetensors"):
+        mechlab.load(copy).model()
