@@ -67,6 +67,7 @@ pub fn resolve(
     }
     // Fail now, before a folder is made, if the typed config does not accept it.
     experiment.validate(&table, &file_label)?;
+    crate::train::config::validate_sections(&table, &file_label)?;
     Ok(Resolved {
         table,
         experiment,

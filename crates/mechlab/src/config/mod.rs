@@ -82,6 +82,26 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     best.filter(|(s, _)| *s > 0.7).map(|(_, c)| c.to_string())
 }
 
+/// The valid key a mistyped `key` most likely meant. Keys ending in the same
+/// segment come first (`lr` → `train.lr`, the right key in the wrong section),
+/// the nearest of them by the whole path; otherwise the nearest key overall.
+pub fn closest_key(key: &str, valid: &[String]) -> Option<String> {
+    let last = |k: &str| k.rsplit('.').next().unwrap_or(k).to_string();
+    let want = last(key);
+    let same: Vec<&str> = valid
+        .iter()
+        .map(String::as_str)
+        .filter(|k| last(k) == want)
+        .collect();
+    if let Some(best) = same
+        .iter()
+        .max_by(|a, b| strsim::jaro_winkler(key, a).total_cmp(&strsim::jaro_winkler(key, b)))
+    {
+        return Some(best.to_string());
+    }
+    closest(key, valid.iter().map(String::as_str))
+}
+
 /// All leaf key paths of a table (`train.lr`, ...); arrays are leaves.
 pub fn leaf_paths(table: &Table) -> Vec<String> {
     fn walk(prefix: &str, t: &Table, out: &mut Vec<String>) {
@@ -156,7 +176,7 @@ fn overlay_at(
         let Some(old) = base.get_mut(k) else {
             return Err(ConfigError::UnknownKey {
                 file: file.to_string(),
-                suggestion: closest(&path, all.iter().map(|s| s.as_str())),
+                suggestion: closest_key(&path, all),
                 key: path,
             });
         };
@@ -212,7 +232,7 @@ pub fn parse(text: &str, file: &str) -> Result<Table, ConfigError> {
 
 /// The parser's message on one line: its position line and its last line (the
 /// reason), without the source excerpt it draws between them.
-fn one_line(msg: &str) -> String {
+pub(crate) fn one_line(msg: &str) -> String {
     let lines: Vec<&str> = msg
         .lines()
         .map(str::trim)
@@ -290,6 +310,27 @@ mod tests {
         assert!(e.contains("did you mean `train.steps`"), "{e}");
         let e = apply_override(&mut t, "nonsense").unwrap_err().to_string();
         assert!(e.contains("expected key=value"), "{e}");
+    }
+
+    #[test]
+    fn a_key_in_the_wrong_section_is_found_by_its_last_segment() {
+        let mut t = defaults();
+        // Full-path similarity alone picked a longer key sharing the `lr`-less prefix.
+        t.insert(
+            "model".into(),
+            Value::Table(parse("proj_init = 1.0", "m").unwrap()),
+        );
+        let e = apply_override(&mut t, "lr=0.5").unwrap_err().to_string();
+        assert!(e.contains("did you mean `train.lr`"), "{e}");
+        let e = apply_override(&mut t, "model.lr=0.5")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean `train.lr`"), "{e}");
+        // No key ends in `stepz`: the nearest overall still wins.
+        let e = apply_override(&mut t, "train.stepz=1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean `train.steps`"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,15 @@
 //! (step, stage, optimiser update count, the data stream's position, ...). So the
 //! file opens in Python with `safetensors.numpy.load_file` and resumes bit for bit
 //! here.
+//!
+//! A second metadata key, `mechlab.fnv64`, holds a 64-bit FNV-1a digest of the
+//! metadata and of every tensor's name, dtype, shape and bytes. A flipped byte in
+//! the tensor data still parses as safetensors, so without the digest a damaged
+//! checkpoint would resume silently into different numbers; with it, any one
+//! changed byte either fails to parse or fails the digest (FNV-1a maps a one-byte
+//! change to a different digest), and `mechlab resume` falls back to an older
+//! checkpoint. Files written before the digest existed (no key but `mechlab`) still
+//! load.
 
 use crate::run::atomic;
 use mechlab_engine::{Float, Parameters};
@@ -120,11 +129,18 @@ pub fn save<T: Float>(
                 })
         })
         .collect::<Result<_, _>>()?;
-    let mut md = HashMap::new();
-    md.insert(
-        "mechlab".to_string(),
-        serde_json::to_string(meta).expect("metadata serialises"),
+    let meta_json = serde_json::to_string(meta).expect("metadata serialises");
+    let mut sorted: Vec<_> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let sum = digest(
+        &meta_json,
+        sorted
+            .iter()
+            .map(|(n, s, b)| (n.as_str(), dtype::<T>(), s.as_slice(), b.as_slice())),
     );
+    let mut md = HashMap::new();
+    md.insert("mechlab".to_string(), meta_json);
+    md.insert(DIGEST_KEY.to_string(), format!("{sum:016x}"));
     let bytes = safetensors::serialize(views, Some(md)).map_err(|e| CheckpointError::Corrupt {
         path: path.display().to_string(),
         reason: e.to_string(),
@@ -139,8 +155,48 @@ pub struct Loaded<T> {
     pub tensors: BTreeMap<String, (Vec<usize>, Vec<T>)>,
 }
 
-/// Reads a checkpoint written by [`save`] (or any safetensors file of `T`'s dtype).
-pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
+/// The metadata key of the integrity digest.
+const DIGEST_KEY: &str = "mechlab.fnv64";
+
+/// 64-bit FNV-1a over the metadata JSON and each `(name, dtype, shape, bytes)`,
+/// with lengths folded in so that no two different layouts share a byte stream.
+fn digest<'a>(
+    meta_json: &str,
+    tensors: impl Iterator<Item = (&'a str, Dtype, &'a [usize], &'a [u8])>,
+) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    let mut field = |bytes: &[u8]| {
+        eat(&(bytes.len() as u64).to_le_bytes());
+        eat(bytes);
+    };
+    field(meta_json.as_bytes());
+    for (name, dt, shape, data) in tensors {
+        field(name.as_bytes());
+        field(format!("{dt:?}").as_bytes());
+        let dims: Vec<u8> = shape
+            .iter()
+            .flat_map(|d| (*d as u64).to_le_bytes())
+            .collect();
+        field(&dims);
+        field(data);
+    }
+    h
+}
+
+/// A checkpoint file parsed and checked against its digest, its tensors still
+/// in the file's bytes.
+struct Checked {
+    meta: CheckpointMeta,
+    bytes: Vec<u8>,
+}
+
+fn read_checked(path: &Path) -> Result<Checked, CheckpointError> {
     let p = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
         path: p.clone(),
@@ -153,12 +209,49 @@ pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
     let (_, header) =
         safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(e.to_string()))?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| corrupt(e.to_string()))?;
-    let meta: CheckpointMeta = header
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("mechlab"))
-        .ok_or_else(|| corrupt("no mechlab metadata".into()))
-        .and_then(|s| serde_json::from_str(s).map_err(|e| corrupt(e.to_string())))?;
+    let md = header.metadata().clone().unwrap_or_default();
+    let meta_json = md
+        .get("mechlab")
+        .ok_or_else(|| corrupt("no mechlab metadata".into()))?;
+    let meta: CheckpointMeta =
+        serde_json::from_str(meta_json).map_err(|e| corrupt(format!("metadata: {e}")))?;
+    match md.get(DIGEST_KEY) {
+        Some(stored) => {
+            let mut views = st.tensors();
+            views.sort_by(|a, b| a.0.cmp(&b.0));
+            let sum = digest(
+                meta_json,
+                views
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.dtype(), v.shape(), v.data())),
+            );
+            if *stored != format!("{sum:016x}") {
+                return Err(corrupt("its contents do not match its digest".into()));
+            }
+        }
+        // Written before digests: nothing to check, but only if nothing else is there.
+        None if md.len() == 1 => {}
+        None => return Err(corrupt(format!("no {DIGEST_KEY} digest"))),
+    }
+    Ok(Checked { meta, bytes })
+}
+
+/// Checks that a checkpoint is intact (parses, and matches its digest) and
+/// returns its metadata, whatever float width it stores.
+pub fn verify(path: &Path) -> Result<CheckpointMeta, CheckpointError> {
+    read_checked(path).map(|c| c.meta)
+}
+
+/// Reads a checkpoint written by [`save`] (or any safetensors file of `T`'s dtype
+/// with mechlab metadata), checking its digest.
+pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
+    let p = path.display().to_string();
+    let Checked { meta, bytes } = read_checked(path)?;
+    let st =
+        safetensors::SafeTensors::deserialize(&bytes).map_err(|e| CheckpointError::Corrupt {
+            path: p.clone(),
+            reason: e.to_string(),
+        })?;
     let mut tensors = BTreeMap::new();
     for (name, view) in st.tensors() {
         if view.dtype() != dtype::<T>() {
