@@ -26,41 +26,47 @@ use toml::{Table, Value};
 /// Why a config could not be resolved. Every variant names the file or key.
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("{file}: {message}")]
+    #[error("{file}: {}", clean(message))]
     Parse { file: String, message: String },
-    #[error("{file}: unknown key `{key}`{}", did_you_mean(.suggestion))]
+    #[error("{file}: unknown key `{}`{}", clean(key), did_you_mean(.suggestion))]
     UnknownKey {
         file: String,
         key: String,
         suggestion: Option<String>,
     },
-    #[error("{file}: key `{key}` must be {expected}, got {got}")]
+    #[error("{file}: key `{}` must be {expected}, got {got}", clean(key))]
     Type {
         file: String,
         key: String,
         expected: String,
         got: String,
     },
-    #[error("--set {arg}: expected key=value")]
+    #[error("--set {}: expected key=value", clean(arg))]
     BadOverride { arg: String },
-    #[error("no preset or config file named `{name}`{}", did_you_mean(.suggestion))]
+    #[error("no preset or config file named `{}`{}", clean(name), did_you_mean(.suggestion))]
     UnknownSource {
         name: String,
         suggestion: Option<String>,
     },
-    #[error("{file}: no experiment named `{name}`{}", did_you_mean(.suggestion))]
+    #[error("{file}: no experiment named `{}`{}", clean(name), did_you_mean(.suggestion))]
     UnknownExperiment {
         file: String,
         name: String,
         suggestion: Option<String>,
     },
-    #[error("{file}: {message}")]
+    #[error("{file}: {}", clean(message))]
     Invalid { file: String, message: String },
     #[error("{file}: {source}")]
     Io {
         file: String,
         source: std::io::Error,
     },
+}
+
+/// Text from the user's input as it may appear in a one-line message: control
+/// characters escaped, long values cut (a fuzzed `--set` showed raw bytes).
+fn clean(s: &str) -> String {
+    mechlab_corpora::error::excerpt(s, mechlab_corpora::error::MESSAGE_CHARS)
 }
 
 fn did_you_mean(s: &Option<String>) -> String {
@@ -331,6 +337,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("did you mean `train.steps`"), "{e}");
+    }
+
+    #[test]
+    fn raw_bytes_in_keys_and_arguments_are_escaped() {
+        // Found by the `config` fuzz target: these reached the terminal raw.
+        let mut t = defaults();
+        for arg in ["\u{1}lr=1", "train\rlr=2", "x\n"] {
+            let e = apply_override(&mut t, arg).unwrap_err().to_string();
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+            assert!(e.contains('\\'), "{e:?}");
+        }
     }
 
     #[test]

@@ -8,14 +8,16 @@
 //! file opens in Python with `safetensors.numpy.load_file` and resumes bit for bit
 //! here.
 //!
-//! A second metadata key, `mechlab.fnv64`, holds a 64-bit FNV-1a digest of the
-//! metadata and of every tensor's name, dtype, shape and bytes. A flipped byte in
+//! The metadata JSON opens with `"fnv64"`, a 64-bit FNV-1a digest of the rest of
+//! the metadata and of every tensor's name, dtype, shape and bytes (it lives
+//! inside the one metadata value because safetensors writes several in hash
+//! order, which would make two identical runs' files differ). A flipped byte in
 //! the tensor data still parses as safetensors, so without the digest a damaged
 //! checkpoint would resume silently into different numbers; with it, any one
 //! changed byte either fails to parse or fails the digest (FNV-1a maps a one-byte
 //! change to a different digest), and `mechlab resume` falls back to an older
-//! checkpoint. Files written before the digest existed (no key but `mechlab`) still
-//! load.
+//! checkpoint. Files written before the digest existed still load when their
+//! metadata has exactly the known fields.
 
 use crate::run::atomic;
 use mechlab_engine::{Float, Parameters};
@@ -54,6 +56,11 @@ pub struct CheckpointMeta {
     pub optimizer_updates: u64,
     /// The model's extra state (data stream position, epoch, ...).
     pub model_state: serde_json::Value,
+    /// The loss of the update that led to this state, as `f64::to_bits` (exact
+    /// through JSON), so that a run resumed at its last step reports the same
+    /// final loss. Absent in older files and before the first update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_loss_bits: Option<u64>,
 }
 
 /// The file name of the checkpoint after `step` updates.
@@ -139,8 +146,7 @@ pub fn save<T: Float>(
             .map(|(n, s, b)| (n.as_str(), dtype::<T>(), s.as_slice(), b.as_slice())),
     );
     let mut md = HashMap::new();
-    md.insert("mechlab".to_string(), meta_json);
-    md.insert(DIGEST_KEY.to_string(), format!("{sum:016x}"));
+    md.insert("mechlab".to_string(), with_digest(&meta_json, sum));
     let bytes = safetensors::serialize(views, Some(md)).map_err(|e| CheckpointError::Corrupt {
         path: path.display().to_string(),
         reason: e.to_string(),
@@ -155,8 +161,34 @@ pub struct Loaded<T> {
     pub tensors: BTreeMap<String, (Vec<usize>, Vec<T>)>,
 }
 
-/// The metadata key of the integrity digest.
-const DIGEST_KEY: &str = "mechlab.fnv64";
+/// How the stored metadata opens: the digest comes first, in a fixed place.
+const DIGEST_OPEN: &str = "{\"fnv64\":\"";
+
+/// `{"a":1}` with digest `d` → `{"fnv64":"<d as 16 hex digits>","a":1}`.
+fn with_digest(meta_json: &str, sum: u64) -> String {
+    format!("{DIGEST_OPEN}{sum:016x}\",{}", &meta_json[1..])
+}
+
+/// Splits stored metadata into (digest, the metadata JSON it covers), or `None`
+/// for metadata without a digest.
+fn split_digest(stored: &str) -> Option<(&str, String)> {
+    let rest = stored.strip_prefix(DIGEST_OPEN)?;
+    let (hex, tail) = (rest.get(..16)?, rest.get(16..)?);
+    let tail = tail.strip_prefix("\",")?;
+    Some((hex, format!("{{{tail}")))
+}
+
+/// The fields of [`CheckpointMeta`], for telling a pre-digest file from a
+/// damaged one.
+const META_FIELDS: [&str; 7] = [
+    "experiment",
+    "dtype",
+    "step",
+    "stage",
+    "optimizer_updates",
+    "model_state",
+    "last_loss_bits",
+];
 
 /// 64-bit FNV-1a over the metadata JSON and each `(name, dtype, shape, bytes)`,
 /// with lengths folded in so that no two different layouts share a byte stream.
@@ -210,29 +242,37 @@ fn read_checked(path: &Path) -> Result<Checked, CheckpointError> {
         safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(e.to_string()))?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| corrupt(e.to_string()))?;
     let md = header.metadata().clone().unwrap_or_default();
-    let meta_json = md
+    let stored = md
         .get("mechlab")
         .ok_or_else(|| corrupt("no mechlab metadata".into()))?;
-    let meta: CheckpointMeta =
-        serde_json::from_str(meta_json).map_err(|e| corrupt(format!("metadata: {e}")))?;
-    match md.get(DIGEST_KEY) {
-        Some(stored) => {
+    let meta_json = match split_digest(stored) {
+        Some((hex, meta_json)) => {
             let mut views = st.tensors();
             views.sort_by(|a, b| a.0.cmp(&b.0));
             let sum = digest(
-                meta_json,
+                &meta_json,
                 views
                     .iter()
                     .map(|(n, v)| (n.as_str(), v.dtype(), v.shape(), v.data())),
             );
-            if *stored != format!("{sum:016x}") {
+            if hex != format!("{sum:016x}") {
                 return Err(corrupt("its contents do not match its digest".into()));
             }
+            meta_json
         }
-        // Written before digests: nothing to check, but only if nothing else is there.
-        None if md.len() == 1 => {}
-        None => return Err(corrupt(format!("no {DIGEST_KEY} digest"))),
-    }
+        None => {
+            // Written before digests, or a digest damaged out of shape: only the
+            // first has exactly the known fields.
+            let fields: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(stored).map_err(|e| corrupt(format!("metadata: {e}")))?;
+            if let Some(k) = fields.keys().find(|k| !META_FIELDS.contains(&k.as_str())) {
+                return Err(corrupt(format!("unexpected metadata field {k:?}")));
+            }
+            stored.clone()
+        }
+    };
+    let meta: CheckpointMeta =
+        serde_json::from_str(&meta_json).map_err(|e| corrupt(format!("metadata: {e}")))?;
     Ok(Checked { meta, bytes })
 }
 

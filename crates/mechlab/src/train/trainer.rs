@@ -135,6 +135,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
     let mut s = 0u64;
     let mut pending: Option<PendingOptimizer<T>> = None;
     let mut saved_at: Option<u64> = None;
+    let mut resumed_loss: Option<f64> = None;
     if let Some(path) = ctx.resume_from().map(|p| p.to_path_buf()) {
         let ck = checkpoint::load::<T>(&path)?;
         ck.apply_params(model)?;
@@ -148,6 +149,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
         pending = Some((ck.meta.stage, ck.meta.optimizer_updates, m, v));
         s = ck.meta.step;
         saved_at = Some(s);
+        resumed_loss = ck.meta.last_loss_bits.map(f64::from_bits);
     }
 
     let bar = if ctx.quiet() {
@@ -165,7 +167,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
     bar.set_position(s);
 
     let mut opt: Option<(usize, Optimizer<T>)> = None;
-    let mut last_loss = f64::NAN;
+    let mut last_loss = resumed_loss.unwrap_or(f64::NAN);
     loop {
         // --- state s: probes, checkpoints, stop requests ---
         if ctx.run_config().probe_at(s, total) {
@@ -187,6 +189,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
                 stage,
                 optimizer_updates: updates,
                 model_state: model.save_state(),
+                last_loss_bits: last_loss.is_finite().then(|| last_loss.to_bits()),
             };
             checkpoint::save(&path, model, state, &meta).map(|_| path)
         };
