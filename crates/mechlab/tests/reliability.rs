@@ -220,9 +220,14 @@ fn resume_passes_over_a_corrupt_newest_checkpoint_and_says_so() {
             err.contains("step_000040.safetensors") && err.contains("unreadable"),
             "{err}"
         );
-        assert!(err.contains("resuming from") && err.contains("step_000035"), "{err}");
+        assert!(
+            err.contains("resuming from") && err.contains("step_000035"),
+            "{err}"
+        );
         assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "{err:?}");
-        assert!(dir.join("checkpoints/step_000040.safetensors.corrupt").exists());
+        assert!(dir
+            .join("checkpoints/step_000040.safetensors.corrupt")
+            .exists());
         assert_same(&expected, &dir, &format!("byte {at} changed"));
     }
 }
@@ -258,7 +263,10 @@ fn bad_train_values_are_refused_before_the_folder_exists() {
         "--out".to_string(),
         tmp.path().join("never").display().to_string(),
     ]);
-    assert!(err.contains("unknown key `lr`") && err.contains("did you mean `train.lr`"), "{err}");
+    assert!(
+        err.contains("unknown key `lr`") && err.contains("did you mean `train.lr`"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -35,12 +35,21 @@ pub enum CheckpointError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{path}: not a readable checkpoint ({reason}); it may be truncated or corrupt")]
+    #[error(
+        "{path}: not a readable checkpoint ({}); it may be truncated or corrupt",
+        clean(reason)
+    )]
     Corrupt { path: String, reason: String },
     #[error("{path}: no checkpoint found (expected checkpoints/step_XXXXXX.safetensors)")]
     Missing { path: String },
-    #[error("{path}: {reason}")]
+    #[error("{path}: {}", clean(reason))]
     Mismatch { path: String, reason: String },
+}
+
+/// A parser's reason as it may appear in a one-line message: the safetensors and
+/// JSON parsers quote the bytes they failed on, which may be control characters.
+fn clean(reason: &str) -> String {
+    mechlab_corpora::error::excerpt(reason, mechlab_corpora::error::MESSAGE_CHARS)
 }
 
 /// The trainer's position and everything else a resume needs besides tensors.
@@ -395,4 +404,25 @@ pub fn scheduled(step: u64, log_until: u64, every: u64, last: u64) -> bool {
     step == last
         || (step <= log_until && (step == 0 || step.is_power_of_two()))
         || (every > 0 && step.is_multiple_of(every))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_damaged_header_is_named_with_its_bytes_escaped() {
+        // Found by the `checkpoint` fuzz target: a DEL byte in a dtype name
+        // reached the terminal raw.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("step_000001.safetensors");
+        let header = b"{\"t\":{\"dtype\":\"F\x7f4\",\"shape\":[1],\"data_offsets\":[0,8]}}";
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&[0; 8]);
+        std::fs::write(&p, &bytes).unwrap();
+        let e = super::verify(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("step_000001") && !e.chars().any(char::is_control),
+            "{e:?}"
+        );
+    }
 }
