@@ -323,7 +323,12 @@ fn newest_intact(dir: &Path) -> Result<Option<(u64, PathBuf)>, RunError> {
             aside.display()
         );
     }
-    if !all.is_empty() {
+    if all.is_empty() {
+        eprintln!(
+            "no checkpoint in {}; the run starts over from step 0",
+            dir.display()
+        );
+    } else {
         eprintln!("warning: no intact checkpoint left; the run starts over from step 0");
     }
     Ok(None)
