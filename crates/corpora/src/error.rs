@@ -83,7 +83,7 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.path.display())?;
         if let Some(m) = &self.member {
-            write!(f, ", member {m}")?;
+            write!(f, ", member {}", excerpt(m, VALUE_CHARS))?;
         }
         if let Some(l) = self.line {
             write!(f, ", line {l}")?;
@@ -109,7 +109,7 @@ pub enum CorpusError {
     },
     /// A CSV row or JSON line that does not parse (unclosed quote, wrong field
     /// count, bad JSON, missing header).
-    #[error("{at}: malformed record: {reason}")]
+    #[error("{at}: malformed record: {}", excerpt(reason, MESSAGE_CHARS))]
     MalformedRecord { at: Location, reason: String },
     /// A document whose bytes are not UTF-8; `at.byte` is the first bad byte.
     #[error("{at}: invalid UTF-8")]
@@ -119,7 +119,7 @@ pub enum CorpusError {
     EmptyDocument { at: Location },
     /// A label (or rating, or file name carrying them) that is not one of the
     /// corpus's values.
-    #[error("{at}: bad label {label:?}: {reason}")]
+    #[error("{at}: bad label \"{}\": {reason}", excerpt(label, VALUE_CHARS))]
     BadLabel {
         at: Location,
         label: String,
@@ -128,8 +128,8 @@ pub enum CorpusError {
     /// A compressed archive that is truncated or corrupt; `after_member` is the
     /// last member read whole, `compressed_offset` how far the compressed stream
     /// had been read when it failed.
-    #[error("{}: corrupt or truncated archive after member {} (compressed byte {compressed_offset}): {reason}",
-        path.display(), after_member.as_deref().unwrap_or("<none>"))]
+    #[error("{}: corrupt or truncated archive after member {} (compressed byte {compressed_offset}): {}",
+        path.display(), excerpt(after_member.as_deref().unwrap_or("<none>"), VALUE_CHARS), excerpt(reason, MESSAGE_CHARS))]
     CorruptArchive {
         path: PathBuf,
         after_member: Option<String>,
@@ -137,10 +137,10 @@ pub enum CorpusError {
         reason: String,
     },
     /// A path whose corpus layout could not be recognised (or is ambiguous).
-    #[error("{}: unrecognised corpus layout: {reason}", path.display())]
+    #[error("{}: unrecognised corpus layout: {}", path.display(), excerpt(reason, MESSAGE_CHARS))]
     UnknownFormat { path: PathBuf, reason: String },
     /// A vocabulary file that is not a valid saved [`crate::Vocab`].
-    #[error("{}: corrupt vocabulary file: {reason}", path.display())]
+    #[error("{}: corrupt vocabulary file: {}", path.display(), excerpt(reason, MESSAGE_CHARS))]
     CorruptVocab { path: PathBuf, reason: String },
 }
 
@@ -187,6 +187,37 @@ impl CorpusError {
             }
         }
     }
+}
+
+/// Longest excerpt of a parser's message shown in an error, in characters.
+pub const MESSAGE_CHARS: usize = 200;
+/// Longest excerpt of a value from the input (a label, a member or page name).
+pub const VALUE_CHARS: usize = 60;
+
+/// `text` made safe for a one-line error message: control characters escaped
+/// (`\n`, `\t`, `\u{1b}`), and cut to `max` characters with `…` when longer.
+/// Error messages quote bytes from the input they failed on, and those bytes
+/// may be anything: a raw newline or escape sequence must not reach a terminal.
+///
+/// ```
+/// use mechlab_corpora::error::excerpt;
+/// assert_eq!(excerpt("a\nb\x1b[2J", 60), "a\\nb\\u{1b}[2J");
+/// assert_eq!(excerpt("abcdef", 3), "abc…");
+/// ```
+pub fn excerpt(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max * 2));
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Checks that `bytes` are UTF-8 and not blank, naming `at` (with the first bad

@@ -209,7 +209,10 @@ pub fn load_imdb_archive(
             let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
             let is_file = entry.header().entry_type().is_file();
             if let Some(class) = classify(&name).filter(|_| is_file) {
-                let mut bytes = Vec::with_capacity(entry.size() as usize);
+                // The header's size is a claim, not a fact: a damaged one said
+                // 3 EB and aborted the process (found by the imdb_archive fuzz
+                // target). Reserve at most 1 MiB up front; the read grows as data comes.
+                let mut bytes = Vec::with_capacity(entry.size().min(1 << 20) as usize);
                 entry.read_to_end(&mut bytes).map_err(|e| {
                     let reading =
                         std::io::Error::new(e.kind(), format!("reading member {name}: {e}"));
@@ -279,6 +282,22 @@ pub fn load_imdb_kaggle_csv(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_claiming_exabytes_is_a_corrupt_archive_not_an_abort() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar");
+        let mut h = tar::Header::new_gnu();
+        h.set_path("aclImdb/train/pos/0_9.txt").unwrap();
+        h.set_size(3 << 60);
+        h.set_mode(0o644);
+        h.set_cksum();
+        let mut bytes = h.as_bytes().to_vec();
+        bytes.extend_from_slice(b"Great film.");
+        std::fs::write(&path, &bytes).unwrap();
+        let e = load_imdb_archive(&path, &LoadOptions::default()).unwrap_err();
+        assert!(matches!(e, CorpusError::CorruptArchive { .. }), "{e}");
+    }
 
     #[test]
     fn classify_paths() {

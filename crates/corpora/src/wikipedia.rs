@@ -33,6 +33,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::article::Article;
+use crate::error::{excerpt, MESSAGE_CHARS, VALUE_CHARS};
 
 /// Everything that can go wrong reading a Wikipedia file.
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +48,8 @@ pub enum WikiError {
     /// The bzip2 stream is cut short or corrupt.
     #[error(
         "{}: corrupt or truncated bzip2 stream at compressed byte {compressed_offset} \
-         (decompressed byte {offset}){}: {message}",
-        path.display(), in_page(title)
+         (decompressed byte {offset}){}: {}",
+        path.display(), in_page(title), excerpt(message, MESSAGE_CHARS)
     )]
     Bzip2 {
         path: PathBuf,
@@ -58,7 +59,7 @@ pub enum WikiError {
         message: String,
     },
     /// The dump is not well-formed XML or not a MediaWiki dump.
-    #[error("{}: malformed dump XML at byte {offset}{}: {message}", path.display(), in_page(title))]
+    #[error("{}: malformed dump XML at byte {offset}{}: {}", path.display(), in_page(title), excerpt(message, MESSAGE_CHARS))]
     Xml {
         path: PathBuf,
         offset: u64,
@@ -66,7 +67,7 @@ pub enum WikiError {
         message: String,
     },
     /// The JSON file does not parse or does not have the expected shape.
-    #[error("{}: invalid JSON at line {line}, column {column} (byte {offset}): {message}", path.display())]
+    #[error("{}: invalid JSON at line {line}, column {column} (byte {offset}): {}", path.display(), excerpt(message, MESSAGE_CHARS))]
     Json {
         path: PathBuf,
         line: usize,
@@ -82,13 +83,13 @@ pub enum WikiError {
         line: usize,
     },
     /// The file's format could not be recognised.
-    #[error("{}: {message}", path.display())]
+    #[error("{}: {}", path.display(), excerpt(message, MESSAGE_CHARS))]
     Format { path: PathBuf, message: String },
 }
 
 fn in_page(title: &Option<String>) -> String {
     match title {
-        Some(t) => format!(" in page {t:?}"),
+        Some(t) => format!(" in page \"{}\"", excerpt(t, VALUE_CHARS)),
         None => String::new(),
     }
 }

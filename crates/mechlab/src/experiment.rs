@@ -130,6 +130,8 @@ impl<P: Paper> Experiment for P {
     }
     fn prepare(&'static self, table: &toml::Table, file: &str) -> Result<Prepared, ConfigError> {
         let cfg: P::Config = config::typed(table, file)?;
+        // The sections every paper shares ([train], [run]), then the paper's own.
+        crate::train::config::validate_sections(table, file)?;
         self.validate(&cfg)
             .map_err(|message| ConfigError::Invalid {
                 file: file.to_string(),

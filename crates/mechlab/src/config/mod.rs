@@ -26,41 +26,47 @@ use toml::{Table, Value};
 /// Why a config could not be resolved. Every variant names the file or key.
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("{file}: {message}")]
+    #[error("{file}: {}", clean(message))]
     Parse { file: String, message: String },
-    #[error("{file}: unknown key `{key}`{}", did_you_mean(.suggestion))]
+    #[error("{file}: unknown key `{}`{}", clean(key), did_you_mean(.suggestion))]
     UnknownKey {
         file: String,
         key: String,
         suggestion: Option<String>,
     },
-    #[error("{file}: key `{key}` must be {expected}, got {got}")]
+    #[error("{file}: key `{}` must be {expected}, got {got}", clean(key))]
     Type {
         file: String,
         key: String,
         expected: String,
         got: String,
     },
-    #[error("--set {arg}: expected key=value")]
+    #[error("--set {}: expected key=value", clean(arg))]
     BadOverride { arg: String },
-    #[error("no preset or config file named `{name}`{}", did_you_mean(.suggestion))]
+    #[error("no preset or config file named `{}`{}", clean(name), did_you_mean(.suggestion))]
     UnknownSource {
         name: String,
         suggestion: Option<String>,
     },
-    #[error("{file}: no experiment named `{name}`{}", did_you_mean(.suggestion))]
+    #[error("{file}: no experiment named `{}`{}", clean(name), did_you_mean(.suggestion))]
     UnknownExperiment {
         file: String,
         name: String,
         suggestion: Option<String>,
     },
-    #[error("{file}: {message}")]
+    #[error("{file}: {}", clean(message))]
     Invalid { file: String, message: String },
     #[error("{file}: {source}")]
     Io {
         file: String,
         source: std::io::Error,
     },
+}
+
+/// Text from the user's input as it may appear in a one-line message: control
+/// characters escaped, long values cut (a fuzzed `--set` showed raw bytes).
+fn clean(s: &str) -> String {
+    mechlab_corpora::error::excerpt(s, mechlab_corpora::error::MESSAGE_CHARS)
 }
 
 fn did_you_mean(s: &Option<String>) -> String {
@@ -80,6 +86,26 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         }
     }
     best.filter(|(s, _)| *s > 0.7).map(|(_, c)| c.to_string())
+}
+
+/// The valid key a mistyped `key` most likely meant. Keys ending in the same
+/// segment come first (`lr` → `train.lr`, the right key in the wrong section),
+/// the nearest of them by the whole path; otherwise the nearest key overall.
+pub fn closest_key(key: &str, valid: &[String]) -> Option<String> {
+    let last = |k: &str| k.rsplit('.').next().unwrap_or(k).to_string();
+    let want = last(key);
+    let same: Vec<&str> = valid
+        .iter()
+        .map(String::as_str)
+        .filter(|k| last(k) == want)
+        .collect();
+    if let Some(best) = same
+        .iter()
+        .max_by(|a, b| strsim::jaro_winkler(key, a).total_cmp(&strsim::jaro_winkler(key, b)))
+    {
+        return Some(best.to_string());
+    }
+    closest(key, valid.iter().map(String::as_str))
 }
 
 /// All leaf key paths of a table (`train.lr`, ...); arrays are leaves.
@@ -156,7 +182,7 @@ fn overlay_at(
         let Some(old) = base.get_mut(k) else {
             return Err(ConfigError::UnknownKey {
                 file: file.to_string(),
-                suggestion: closest(&path, all.iter().map(|s| s.as_str())),
+                suggestion: closest_key(&path, all),
                 key: path,
             });
         };
@@ -212,7 +238,7 @@ pub fn parse(text: &str, file: &str) -> Result<Table, ConfigError> {
 
 /// The parser's message on one line: its position line and its last line (the
 /// reason), without the source excerpt it draws between them.
-fn one_line(msg: &str) -> String {
+pub(crate) fn one_line(msg: &str) -> String {
     let lines: Vec<&str> = msg
         .lines()
         .map(str::trim)
@@ -299,6 +325,38 @@ mod tests {
         assert!(e.contains("did you mean `train.steps`"), "{e}");
         let e = apply_override(&mut t, "nonsense").unwrap_err().to_string();
         assert!(e.contains("expected key=value"), "{e}");
+    }
+
+    #[test]
+    fn a_key_in_the_wrong_section_is_found_by_its_last_segment() {
+        let mut t = defaults();
+        // Full-path similarity alone picked a longer key sharing the `lr`-less prefix.
+        t.insert(
+            "model".into(),
+            Value::Table(parse("proj_init = 1.0", "m").unwrap()),
+        );
+        let e = apply_override(&mut t, "lr=0.5").unwrap_err().to_string();
+        assert!(e.contains("did you mean `train.lr`"), "{e}");
+        let e = apply_override(&mut t, "model.lr=0.5")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean `train.lr`"), "{e}");
+        // No key ends in `stepz`: the nearest overall still wins.
+        let e = apply_override(&mut t, "train.stepz=1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean `train.steps`"), "{e}");
+    }
+
+    #[test]
+    fn raw_bytes_in_keys_and_arguments_are_escaped() {
+        // Found by the `config` fuzz target: these reached the terminal raw.
+        let mut t = defaults();
+        for arg in ["\u{1}lr=1", "train\rlr=2", "x\n"] {
+            let e = apply_override(&mut t, arg).unwrap_err().to_string();
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+            assert!(e.contains('\\'), "{e:?}");
+        }
     }
 
     #[test]

@@ -7,6 +7,17 @@
 //! (step, stage, optimiser update count, the data stream's position, ...). So the
 //! file opens in Python with `safetensors.numpy.load_file` and resumes bit for bit
 //! here.
+//!
+//! The metadata JSON opens with `"fnv64"`, a 64-bit FNV-1a digest of the rest of
+//! the metadata and of every tensor's name, dtype, shape and bytes (it lives
+//! inside the one metadata value because safetensors writes several in hash
+//! order, which would make two identical runs' files differ). A flipped byte in
+//! the tensor data still parses as safetensors, so without the digest a damaged
+//! checkpoint would resume silently into different numbers; with it, any one
+//! changed byte either fails to parse or fails the digest (FNV-1a maps a one-byte
+//! change to a different digest), and `mechlab resume` falls back to an older
+//! checkpoint. Files written before the digest existed still load when their
+//! metadata has exactly the known fields.
 
 use crate::run::atomic;
 use mechlab_engine::{Float, Parameters};
@@ -24,12 +35,21 @@ pub enum CheckpointError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{path}: not a readable checkpoint ({reason}); it may be truncated or corrupt")]
+    #[error(
+        "{path}: not a readable checkpoint ({}); it may be truncated or corrupt",
+        clean(reason)
+    )]
     Corrupt { path: String, reason: String },
     #[error("{path}: no checkpoint found (expected checkpoints/step_XXXXXX.safetensors)")]
     Missing { path: String },
-    #[error("{path}: {reason}")]
+    #[error("{path}: {}", clean(reason))]
     Mismatch { path: String, reason: String },
+}
+
+/// A parser's reason as it may appear in a one-line message: the safetensors and
+/// JSON parsers quote the bytes they failed on, which may be control characters.
+fn clean(reason: &str) -> String {
+    mechlab_corpora::error::excerpt(reason, mechlab_corpora::error::MESSAGE_CHARS)
 }
 
 /// The trainer's position and everything else a resume needs besides tensors.
@@ -45,6 +65,11 @@ pub struct CheckpointMeta {
     pub optimizer_updates: u64,
     /// The model's extra state (data stream position, epoch, ...).
     pub model_state: serde_json::Value,
+    /// The loss of the update that led to this state, as `f64::to_bits` (exact
+    /// through JSON), so that a run resumed at its last step reports the same
+    /// final loss. Absent in older files and before the first update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_loss_bits: Option<u64>,
 }
 
 /// The file name of the checkpoint after `step` updates.
@@ -120,11 +145,17 @@ pub fn save<T: Float>(
                 })
         })
         .collect::<Result<_, _>>()?;
-    let mut md = HashMap::new();
-    md.insert(
-        "mechlab".to_string(),
-        serde_json::to_string(meta).expect("metadata serialises"),
+    let meta_json = serde_json::to_string(meta).expect("metadata serialises");
+    let mut sorted: Vec<_> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let sum = digest(
+        &meta_json,
+        sorted
+            .iter()
+            .map(|(n, s, b)| (n.as_str(), dtype::<T>(), s.as_slice(), b.as_slice())),
     );
+    let mut md = HashMap::new();
+    md.insert("mechlab".to_string(), with_digest(&meta_json, sum));
     let bytes = safetensors::serialize(views, Some(md)).map_err(|e| CheckpointError::Corrupt {
         path: path.display().to_string(),
         reason: e.to_string(),
@@ -139,8 +170,74 @@ pub struct Loaded<T> {
     pub tensors: BTreeMap<String, (Vec<usize>, Vec<T>)>,
 }
 
-/// Reads a checkpoint written by [`save`] (or any safetensors file of `T`'s dtype).
-pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
+/// How the stored metadata opens: the digest comes first, in a fixed place.
+const DIGEST_OPEN: &str = "{\"fnv64\":\"";
+
+/// `{"a":1}` with digest `d` → `{"fnv64":"<d as 16 hex digits>","a":1}`.
+fn with_digest(meta_json: &str, sum: u64) -> String {
+    format!("{DIGEST_OPEN}{sum:016x}\",{}", &meta_json[1..])
+}
+
+/// Splits stored metadata into (digest, the metadata JSON it covers), or `None`
+/// for metadata without a digest.
+fn split_digest(stored: &str) -> Option<(&str, String)> {
+    let rest = stored.strip_prefix(DIGEST_OPEN)?;
+    let (hex, tail) = (rest.get(..16)?, rest.get(16..)?);
+    let tail = tail.strip_prefix("\",")?;
+    Some((hex, format!("{{{tail}")))
+}
+
+/// The fields of [`CheckpointMeta`], for telling a pre-digest file from a
+/// damaged one.
+const META_FIELDS: [&str; 7] = [
+    "experiment",
+    "dtype",
+    "step",
+    "stage",
+    "optimizer_updates",
+    "model_state",
+    "last_loss_bits",
+];
+
+/// 64-bit FNV-1a over the metadata JSON and each `(name, dtype, shape, bytes)`,
+/// with lengths folded in so that no two different layouts share a byte stream.
+fn digest<'a>(
+    meta_json: &str,
+    tensors: impl Iterator<Item = (&'a str, Dtype, &'a [usize], &'a [u8])>,
+) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    let mut field = |bytes: &[u8]| {
+        eat(&(bytes.len() as u64).to_le_bytes());
+        eat(bytes);
+    };
+    field(meta_json.as_bytes());
+    for (name, dt, shape, data) in tensors {
+        field(name.as_bytes());
+        field(format!("{dt:?}").as_bytes());
+        let dims: Vec<u8> = shape
+            .iter()
+            .flat_map(|d| (*d as u64).to_le_bytes())
+            .collect();
+        field(&dims);
+        field(data);
+    }
+    h
+}
+
+/// A checkpoint file parsed and checked against its digest, its tensors still
+/// in the file's bytes.
+struct Checked {
+    meta: CheckpointMeta,
+    bytes: Vec<u8>,
+}
+
+fn read_checked(path: &Path) -> Result<Checked, CheckpointError> {
     let p = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
         path: p.clone(),
@@ -153,12 +250,57 @@ pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
     let (_, header) =
         safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(e.to_string()))?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| corrupt(e.to_string()))?;
-    let meta: CheckpointMeta = header
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("mechlab"))
-        .ok_or_else(|| corrupt("no mechlab metadata".into()))
-        .and_then(|s| serde_json::from_str(s).map_err(|e| corrupt(e.to_string())))?;
+    let md = header.metadata().clone().unwrap_or_default();
+    let stored = md
+        .get("mechlab")
+        .ok_or_else(|| corrupt("no mechlab metadata".into()))?;
+    let meta_json = match split_digest(stored) {
+        Some((hex, meta_json)) => {
+            let mut views = st.tensors();
+            views.sort_by(|a, b| a.0.cmp(&b.0));
+            let sum = digest(
+                &meta_json,
+                views
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.dtype(), v.shape(), v.data())),
+            );
+            if hex != format!("{sum:016x}") {
+                return Err(corrupt("its contents do not match its digest".into()));
+            }
+            meta_json
+        }
+        None => {
+            // Written before digests, or a digest damaged out of shape: only the
+            // first has exactly the known fields.
+            let fields: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(stored).map_err(|e| corrupt(format!("metadata: {e}")))?;
+            if let Some(k) = fields.keys().find(|k| !META_FIELDS.contains(&k.as_str())) {
+                return Err(corrupt(format!("unexpected metadata field {k:?}")));
+            }
+            stored.clone()
+        }
+    };
+    let meta: CheckpointMeta =
+        serde_json::from_str(&meta_json).map_err(|e| corrupt(format!("metadata: {e}")))?;
+    Ok(Checked { meta, bytes })
+}
+
+/// Checks that a checkpoint is intact (parses, and matches its digest) and
+/// returns its metadata, whatever float width it stores.
+pub fn verify(path: &Path) -> Result<CheckpointMeta, CheckpointError> {
+    read_checked(path).map(|c| c.meta)
+}
+
+/// Reads a checkpoint written by [`save`] (or any safetensors file of `T`'s dtype
+/// with mechlab metadata), checking its digest.
+pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
+    let p = path.display().to_string();
+    let Checked { meta, bytes } = read_checked(path)?;
+    let st =
+        safetensors::SafeTensors::deserialize(&bytes).map_err(|e| CheckpointError::Corrupt {
+            path: p.clone(),
+            reason: e.to_string(),
+        })?;
     let mut tensors = BTreeMap::new();
     for (name, view) in st.tensors() {
         if view.dtype() != dtype::<T>() {
@@ -262,4 +404,25 @@ pub fn scheduled(step: u64, log_until: u64, every: u64, last: u64) -> bool {
     step == last
         || (step <= log_until && (step == 0 || step.is_power_of_two()))
         || (every > 0 && step.is_multiple_of(every))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_damaged_header_is_named_with_its_bytes_escaped() {
+        // Found by the `checkpoint` fuzz target: a DEL byte in a dtype name
+        // reached the terminal raw.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("step_000001.safetensors");
+        let header = b"{\"t\":{\"dtype\":\"F\x7f4\",\"shape\":[1],\"data_offsets\":[0,8]}}";
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&[0; 8]);
+        std::fs::write(&p, &bytes).unwrap();
+        let e = super::verify(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("step_000001") && !e.chars().any(char::is_control),
+            "{e:?}"
+        );
+    }
 }

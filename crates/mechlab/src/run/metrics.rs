@@ -40,18 +40,20 @@ impl MetricsLog {
     }
 
     /// Opens an existing log for a resumed run, keeping only records with
-    /// `step < keep_below` (and records without a step).
+    /// `step < keep_below` (and records without a step); a torn last line is dropped.
     pub fn resume(path: &Path, keep_below: u64) -> std::io::Result<Self> {
         let kept: Vec<String> = if path.exists() {
             BufReader::new(File::open(path)?)
                 .lines()
                 .collect::<Result<Vec<_>, _>>()?
                 .into_iter()
-                .filter(|l| {
-                    serde_json::from_str::<Value>(l)
-                        .ok()
-                        .and_then(|v| v.get("step").and_then(|s| s.as_u64()))
-                        .is_none_or(|s| s < keep_below)
+                .filter(|l| match serde_json::from_str::<Value>(l) {
+                    Ok(Value::Object(m)) => m
+                        .get("step")
+                        .and_then(|s| s.as_u64())
+                        .is_none_or(|s| s < keep_below),
+                    // A line cut short by a kill mid-write: it is rewritten whole.
+                    _ => false,
                 })
                 .collect()
         } else {
@@ -168,6 +170,21 @@ pub fn series(records: &[Map<String, Value>], event: &str, key: &str) -> (Vec<f6
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn resume_drops_later_steps_and_a_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        std::fs::write(
+            &path,
+            "{\"event\":\"train\",\"step\":0}\n{\"event\":\"meta\"}\n{\"event\":\"train\",\"step\":4}\n{\"event\":\"tr",
+        )
+        .unwrap();
+        drop(super::MetricsLog::resume(&path, 2).unwrap());
+        let recs = super::read(&path).unwrap();
+        assert_eq!(recs.len(), 2, "{recs:?}");
+        assert_eq!(recs[1]["event"], "meta");
+    }
+
     #[test]
     fn keys_are_escaped_as_json() {
         let mut out = Vec::new();

@@ -101,7 +101,8 @@ pub struct RunCtx {
     quiet: bool,
     run_cfg: RunConfig,
     metrics: MetricsLog,
-    resuming: bool,
+    /// The checkpoint a resumed run continues from (none: it starts over).
+    resume_from: Option<PathBuf>,
     started: Instant,
     /// Test hook: behave as if Ctrl-C arrived when training reaches this step.
     pub stop_at: Option<u64>,
@@ -138,10 +139,16 @@ impl RunCtx {
         atomic::write(&origin_path, text.as_bytes()).map_err(io_err(&origin_path))?;
         let mpath = dir.join("metrics.jsonl");
         let metrics = MetricsLog::create(&mpath).map_err(io_err(&mpath))?;
-        Self::with(dir, config, quiet, metrics, false)
+        Self::with(dir, config, quiet, metrics, None)
     }
 
-    /// Reopens a run folder to continue it from its latest checkpoint.
+    /// Reopens a run folder to continue it from its newest intact checkpoint.
+    ///
+    /// A checkpoint that does not parse or fails its digest is said so on stderr,
+    /// set aside as `step_XXXXXX.safetensors.corrupt` and passed over for the one
+    /// before it; with none intact (or none written: killed before step 0 was
+    /// saved) the run starts over, which a seeded run makes identical. The
+    /// metrics are cut back to the step actually resumed from.
     pub fn resume(dir: &Path, quiet: bool) -> Result<(Self, u64), RunError> {
         let cfg_path = dir.join("config.toml");
         if !cfg_path.exists() {
@@ -151,13 +158,14 @@ impl RunCtx {
             });
         }
         let config = config::read_file(&cfg_path)?;
-        let step = checkpoint::list(&dir.join("checkpoints"))
-            .last()
-            .map(|(s, _)| *s)
-            .unwrap_or(0);
+        let file = cfg_path.display().to_string();
+        crate::train::config::validate_sections(&config, &file)?;
+        let from = newest_intact(&dir.join("checkpoints"))?;
+        let step = from.as_ref().map(|(s, _)| *s).unwrap_or(0);
         let mpath = dir.join("metrics.jsonl");
         let metrics = MetricsLog::resume(&mpath, step).map_err(io_err(&mpath))?;
-        Ok((Self::with(dir, config, quiet, metrics, true)?, step))
+        let ctx = Self::with(dir, config, quiet, metrics, from.map(|(_, p)| p))?;
+        Ok((ctx, step))
     }
 
     fn with(
@@ -165,7 +173,7 @@ impl RunCtx {
         config: toml::Table,
         quiet: bool,
         metrics: MetricsLog,
-        resuming: bool,
+        resume_from: Option<PathBuf>,
     ) -> Result<Self, RunError> {
         let file = dir.join("config.toml").display().to_string();
         let experiment = config
@@ -186,7 +194,7 @@ impl RunCtx {
             quiet,
             run_cfg,
             metrics,
-            resuming,
+            resume_from,
             started: Instant::now(),
             stop_at: None,
             progress: None,
@@ -211,8 +219,13 @@ impl RunCtx {
     pub fn run_config(&self) -> &RunConfig {
         &self.run_cfg
     }
+    /// Whether training continues from a checkpoint ([`RunCtx::resume_from`]).
     pub fn resuming(&self) -> bool {
-        self.resuming
+        self.resume_from.is_some()
+    }
+    /// The intact checkpoint a resumed run continues from.
+    pub fn resume_from(&self) -> Option<&Path> {
+        self.resume_from.as_deref()
     }
     pub fn metrics(&mut self) -> &mut MetricsLog {
         &mut self.metrics
@@ -292,7 +305,7 @@ impl RunCtx {
         let text = serde_json::to_string_pretty(summary).expect("summaries serialise");
         atomic::write(&path, text.as_bytes()).map_err(io_err(&path))?;
         let tpath = self.dir.join("timing.json");
-        let timing = serde_json::json!({ "seconds": self.started.elapsed().as_secs_f64(), "resumed": self.resuming });
+        let timing = serde_json::json!({ "seconds": self.started.elapsed().as_secs_f64(), "resumed": self.resuming() });
         atomic::write(&tpath, timing.to_string().as_bytes()).map_err(io_err(&tpath))
     }
 }
@@ -311,6 +324,47 @@ pub struct RunOrigin {
 pub fn read_origin(dir: &Path) -> Option<RunOrigin> {
     let text = std::fs::read_to_string(dir.join("run.json")).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// The newest checkpoint in `dir` that is intact, as (step, path); the unreadable
+/// ones after it are reported and renamed `*.corrupt`, so that a later resume
+/// does not stumble on them again and they stay for a post-mortem.
+fn newest_intact(dir: &Path) -> Result<Option<(u64, PathBuf)>, RunError> {
+    let all = checkpoint::list(dir);
+    for (step, path) in all.iter().rev() {
+        let problem = match checkpoint::verify(path) {
+            Ok(meta) if meta.step == *step => {
+                if step != &all.last().expect("not empty").0 {
+                    eprintln!(
+                        "resuming from {}, the newest intact checkpoint",
+                        path.display()
+                    );
+                }
+                return Ok(Some((*step, path.clone())));
+            }
+            Ok(meta) => format!(
+                "{}: holds step {}, not the step {step} of its name",
+                path.display(),
+                meta.step
+            ),
+            Err(e) => e.to_string(),
+        };
+        let aside = path.with_extension("safetensors.corrupt");
+        std::fs::rename(path, &aside).map_err(io_err(path))?;
+        eprintln!(
+            "warning: skipping an unreadable checkpoint: {problem} (kept as {})",
+            aside.display()
+        );
+    }
+    if all.is_empty() {
+        eprintln!(
+            "no checkpoint in {}; the run starts over from step 0",
+            dir.display()
+        );
+    } else {
+        eprintln!("warning: no intact checkpoint left; the run starts over from step 0");
+    }
+    Ok(None)
 }
 
 /// One recorded activation tensor (row-major `f64`).

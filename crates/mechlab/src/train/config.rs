@@ -4,6 +4,8 @@
 //! list of `[[train.stages]]`, each with its own parameter groups, optimiser,
 //! learning rate and step count (the induction paper's "train C, then W, then a").
 
+use crate::config::{self, ConfigError};
+use crate::run::RunConfig;
 use serde::{Deserialize, Serialize};
 
 /// Which update rule a stage uses.
@@ -138,4 +140,119 @@ impl TrainConfig {
             self.stages.iter().map(|s| s.steps).sum()
         }
     }
+}
+
+/// What a float setting may be, for [`TrainConfig::validate`].
+#[derive(Clone, Copy)]
+enum Allowed {
+    /// Finite and > 0.
+    Positive,
+    /// Finite and ≥ 0.
+    NonNegative,
+    /// In [0, 1).
+    BelowOne,
+    /// In [0, 1].
+    UnitInterval,
+}
+
+impl Allowed {
+    fn admits(self, x: f64) -> bool {
+        match self {
+            Allowed::Positive => x.is_finite() && x > 0.0,
+            Allowed::NonNegative => x.is_finite() && x >= 0.0,
+            Allowed::BelowOne => (0.0..1.0).contains(&x),
+            Allowed::UnitInterval => (0.0..=1.0).contains(&x),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Allowed::Positive => "a finite number > 0",
+            Allowed::NonNegative => "a finite number >= 0",
+            Allowed::BelowOne => "a number in [0, 1)",
+            Allowed::UnitInterval => "a number in [0, 1]",
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Checks the values every experiment's trainer relies on (a NaN learning rate
+    /// would otherwise surface as a NaN loss at step 0). The error names the key,
+    /// the value and what is allowed; `file` names the config.
+    pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let check = |key: String, x: f64, allowed: Allowed| {
+            if allowed.admits(x) {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid {
+                    file: file.to_string(),
+                    message: format!("`{key}` is {x}; it must be {}", allowed.describe()),
+                })
+            }
+        };
+        if self.stages.is_empty() {
+            check("train.lr".into(), self.lr, Allowed::Positive)?;
+        }
+        for (i, st) in self.stages.iter().enumerate() {
+            check(format!("train.stages[{i}].lr"), st.lr, Allowed::Positive)?;
+        }
+        check("train.momentum".into(), self.momentum, Allowed::BelowOne)?;
+        check("train.beta1".into(), self.beta1, Allowed::BelowOne)?;
+        check("train.beta2".into(), self.beta2, Allowed::BelowOne)?;
+        check("train.eps".into(), self.eps, Allowed::Positive)?;
+        check(
+            "train.weight_decay".into(),
+            self.weight_decay,
+            Allowed::NonNegative,
+        )?;
+        check(
+            "train.final_lr_ratio".into(),
+            self.final_lr_ratio,
+            Allowed::UnitInterval,
+        )?;
+        check(
+            "train.grad_clip".into(),
+            self.grad_clip,
+            Allowed::NonNegative,
+        )?;
+        self.resolved_stages()
+            .map(|_| ())
+            .map_err(|message| ConfigError::Invalid {
+                file: file.to_string(),
+                message,
+            })
+    }
+}
+
+/// Checks a resolved config's `[train]` and `[run]` sections, the parts every
+/// experiment shares, before any run folder is made (or, on resume, before the
+/// folder is touched). Sections an experiment does not have are skipped.
+pub fn validate_sections(table: &toml::Table, file: &str) -> Result<(), ConfigError> {
+    let section = |name: &str| {
+        table
+            .get(name)
+            .and_then(|v| v.as_table())
+            .map(|t| toml::Value::Table(t.clone()))
+    };
+    if let Some(v) = section("train") {
+        let train: TrainConfig = prefixed(v, "train", file)?;
+        train.validate(file)?;
+    }
+    if let Some(v) = section("run") {
+        let _: RunConfig = prefixed(v, "run", file)?;
+    }
+    Ok(())
+}
+
+/// Deserialises one section, naming it in the error.
+fn prefixed<C: serde::de::DeserializeOwned>(
+    v: toml::Value,
+    name: &str,
+    file: &str,
+) -> Result<C, ConfigError> {
+    v.try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Invalid {
+            file: file.to_string(),
+            message: format!("[{name}]: {}", config::one_line(&e.to_string())),
+        })
 }

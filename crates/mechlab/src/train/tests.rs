@@ -1,6 +1,6 @@
 //! The loop's contracts, on a small regression model with a streamed data RNG:
-//! resume is bit-identical, a seed gives identical logs, a NaN names its step and
-//! group, a truncated checkpoint names its file.
+//! resume is bit-identical (also past a corrupt newest checkpoint), a seed gives
+//! identical logs, a NaN names its step, group and the last good checkpoint.
 
 use super::config::{OptimizerKind, StageConfig, TrainConfig};
 use super::trainer::{fit, TrainError, Trainable};
@@ -201,45 +201,105 @@ fn nan_gradient_names_step_and_group_and_keeps_a_good_checkpoint() {
     assert!(loaded.tensors["b"].1.iter().all(|x| x.is_finite()));
 }
 
-#[test]
-fn truncated_checkpoint_is_a_clear_error() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("t");
-    let (_, r) = train_fresh(&dir, Some(13));
-    r.unwrap_err();
-    let ck = dir.join("checkpoints/step_000013.safetensors");
-    let bytes = std::fs::read(&ck).unwrap();
-    std::fs::write(&ck, &bytes[..bytes.len() / 2]).unwrap();
-    let (mut ctx, _) = RunCtx::resume(&dir, true).unwrap();
+/// Resumes `dir` and trains to the end; the parameters and metrics must equal
+/// those of the uninterrupted run in `full`. Returns the step resumed from.
+fn resume_matches(dir: &std::path::Path, full: &Regress, full_dir: &std::path::Path) -> u64 {
+    let (mut ctx, at) = RunCtx::resume(dir, true).unwrap();
     let mut m = model(4);
-    let msg = fit(&mut m, &cfg(), &mut ctx, &mut no_probe())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        msg.contains("step_000013.safetensors") && msg.contains("truncated"),
-        "{msg}"
-    );
-    assert_eq!(msg.lines().count(), 1);
+    fit(&mut m, &cfg(), &mut ctx, &mut no_probe()).unwrap();
+    assert_eq!(m.w.value(), full.w.value(), "{}", dir.display());
+    assert_eq!(m.b.value(), full.b.value(), "{}", dir.display());
+    let a = std::fs::read_to_string(full_dir.join("metrics.jsonl")).unwrap();
+    let b = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    assert_eq!(a, b, "metrics of {}", dir.display());
+    at
 }
 
 #[test]
-fn missing_checkpoint_is_a_clear_error() {
+fn a_corrupt_newest_checkpoint_falls_back_to_the_one_before() {
     let tmp = tempfile::tempdir().unwrap();
+    let full_dir = tmp.path().join("full");
+    let (full, r) = train_fresh(&full_dir, None);
+    r.unwrap();
+    // One byte anywhere in the file, changed to any other value (seeded).
+    let mut pick = crate::rng::stream(14, Stream::Data);
+    for case in 0..24 {
+        let dir = tmp.path().join(format!("c{case}"));
+        train_fresh(&dir, Some(13)).1.unwrap_err();
+        let ck = dir.join("checkpoints/step_000013.safetensors");
+        let mut bytes = std::fs::read(&ck).unwrap();
+        let at = pick.random_range(0..bytes.len());
+        bytes[at] ^= pick.random_range(1..=255u8);
+        std::fs::write(&ck, &bytes).unwrap();
+        let from = resume_matches(&dir, &full, &full_dir);
+        // Step 10 is the checkpoint before 13 on this schedule, unless the change
+        // was one the file cannot tell (a JSON space turned into another blank).
+        let intact =
+            crate::run::checkpoint::verify(&dir.join("checkpoints/step_000013.safetensors"));
+        assert!(
+            from == 10 || (from == 13 && intact.is_ok()),
+            "byte {at}: resumed from {from}"
+        );
+        if from == 10 {
+            assert!(
+                dir.join("checkpoints/step_000013.safetensors.corrupt")
+                    .exists()
+                    || intact.is_ok()
+            );
+        }
+    }
+    // Cut in half (a copy that died half-way): the same fallback.
+    let dir = tmp.path().join("half");
+    train_fresh(&dir, Some(13)).1.unwrap_err();
+    let ck = dir.join("checkpoints/step_000013.safetensors");
+    let bytes = std::fs::read(&ck).unwrap();
+    std::fs::write(&ck, &bytes[..bytes.len() / 2]).unwrap();
+    assert_eq!(resume_matches(&dir, &full, &full_dir), 10);
+    let e =
+        crate::run::checkpoint::verify(&dir.join("checkpoints/step_000013.safetensors.corrupt"))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        e.contains("step_000013") && e.contains("truncated") && e.lines().count() == 1,
+        "{e}"
+    );
+}
+
+#[test]
+fn with_no_checkpoint_left_a_resume_starts_over_identically() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full_dir = tmp.path().join("full");
+    let (full, r) = train_fresh(&full_dir, None);
+    r.unwrap();
     let dir = tmp.path().join("m");
-    let (_, r) = train_fresh(&dir, Some(3));
-    r.unwrap_err();
+    train_fresh(&dir, Some(3)).1.unwrap_err();
     for (_, p) in crate::run::checkpoint::list(&dir.join("checkpoints")) {
         std::fs::remove_file(p).unwrap();
     }
-    let (mut ctx, _) = RunCtx::resume(&dir, true).unwrap();
+    assert_eq!(resume_matches(&dir, &full, &full_dir), 0);
+}
+
+#[test]
+fn a_nan_after_the_update_names_the_last_checkpoint_written() {
+    use mechlab_engine::Parameters as _;
+    // A learning rate so large that the update overflows: state s is lost.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("big");
+    let mut ctx = RunCtx::create(&dir, table(4), "test", true).unwrap();
     let mut m = model(4);
-    let msg = fit(&mut m, &cfg(), &mut ctx, &mut no_probe())
+    m.visit_mut(&mut |p| p.value_mut().iter_mut().for_each(|x| *x = 1e300));
+    let c = TrainConfig {
+        stages: vec![],
+        optimizer: OptimizerKind::Sgd,
+        lr: 1e300,
+        steps: 5,
+        ..cfg()
+    };
+    let msg = fit(&mut m, &c, &mut ctx, &mut no_probe())
         .unwrap_err()
         .to_string();
-    assert!(
-        msg.contains("checkpoints") && msg.contains("no checkpoint"),
-        "{msg}"
-    );
+    assert!(msg.contains("step_000000.safetensors"), "{msg}");
+    assert!(!msg.contains("previous checkpoint"), "{msg}");
 }
 
 /// A model that asks to stop once its loss drops below a threshold.

@@ -58,7 +58,10 @@ pub trait Trainable<T: Float>: Parameters<T> {
 /// Why training stopped early.
 #[derive(Debug, Error)]
 pub enum TrainError {
-    #[error("step {step}: {what} became {value} in parameter group `{group}`; the last good state is {}", checkpoint.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "the previous checkpoint".into()))]
+    #[error(
+        "step {step}: {what} became {value} in parameter group `{group}`; {}",
+        last_good(checkpoint)
+    )]
     NonFinite {
         step: u64,
         group: String,
@@ -74,6 +77,13 @@ pub enum TrainError {
     Run(#[from] RunError),
     #[error("train config: {0}")]
     Config(String),
+}
+
+fn last_good(checkpoint: &Option<PathBuf>) -> String {
+    match checkpoint {
+        Some(p) => format!("the last good state is {}", p.display()),
+        None => "no checkpoint was written before it".to_string(),
+    }
 }
 
 /// What a finished fit reports.
@@ -125,8 +135,8 @@ pub fn fit<T: Float, M: Trainable<T>>(
     let mut s = 0u64;
     let mut pending: Option<PendingOptimizer<T>> = None;
     let mut saved_at: Option<u64> = None;
-    if ctx.resuming() {
-        let path = checkpoint::latest(&ctx.checkpoint_dir())?;
+    let mut resumed_loss: Option<f64> = None;
+    if let Some(path) = ctx.resume_from().map(|p| p.to_path_buf()) {
         let ck = checkpoint::load::<T>(&path)?;
         ck.apply_params(model)?;
         model
@@ -139,6 +149,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
         pending = Some((ck.meta.stage, ck.meta.optimizer_updates, m, v));
         s = ck.meta.step;
         saved_at = Some(s);
+        resumed_loss = ck.meta.last_loss_bits.map(f64::from_bits);
     }
 
     let bar = if ctx.quiet() {
@@ -160,7 +171,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
     }
 
     let mut opt: Option<(usize, Optimizer<T>)> = None;
-    let mut last_loss = f64::NAN;
+    let mut last_loss = resumed_loss.unwrap_or(f64::NAN);
     loop {
         // --- state s: probes, checkpoints, stop requests ---
         if ctx.run_config().probe_at(s, total) {
@@ -182,6 +193,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
                 stage,
                 optimizer_updates: updates,
                 model_state: model.save_state(),
+                last_loss_bits: last_loss.is_finite().then(|| last_loss.to_bits()),
             };
             checkpoint::save(&path, model, state, &meta).map(|_| path)
         };
@@ -276,7 +288,9 @@ pub fn fit<T: Float, M: Trainable<T>>(
         });
         if let Some((g, x)) = bad_param {
             bar.abandon();
-            return Err(bad_step(&g, "a parameter", x, None));
+            // State s is gone (the update overwrote it): point at the last one saved.
+            let ck = saved_at.map(|st| ctx.checkpoint_dir().join(checkpoint::file_name(st)));
+            return Err(bad_step(&g, "a parameter", x, ck));
         }
 
         last_loss = loss;
