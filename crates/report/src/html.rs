@@ -430,7 +430,7 @@ mod tests {
     #[test]
     fn markdown_tables_become_tables_and_raw_html_is_text() {
         let html = markdown(
-            "| a | b |\n|---|---|\n| 1 | 2 |\n\n<script>x</script> [l](javascript:alert(1))",
+            "| a | b |\n|---|---|\n| 1 | 2 |\n\n<script>x</script>\n\nsee [l](javascript:alert(1)) and [ok](https://e.org)",
         );
         assert!(
             html.contains("<table>") && html.contains("<td>1</td>"),

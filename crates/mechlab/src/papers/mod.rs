@@ -18,5 +18,6 @@ pub fn builtin() -> Vec<&'static dyn Experiment> {
         &induction::Induction,
         &selection::Selection,
         &topic::TopicExperiment,
+        &topic_bert::TopicBert,
     ]
 }
