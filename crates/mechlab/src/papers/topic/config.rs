@@ -143,6 +143,22 @@ impl Default for WikiConfig {
     }
 }
 
+impl WikiConfig {
+    /// Our Gibbs LDA's settings for this section (`topic-wikipedia` and
+    /// `topic-bert` fit the same LDA on the same lead sections).
+    pub fn gibbs(&self, seed: u64) -> mechlab_corpora::lda::LdaConfig {
+        mechlab_corpora::lda::LdaConfig {
+            alpha: self.lda_alpha,
+            beta: self.lda_beta,
+            iterations: self.lda_iterations,
+            burn_in: self.lda_burn_in,
+            seed,
+            loglik_every: 10,
+            ..mechlab_corpora::lda::LdaConfig::new(self.lda_topics)
+        }
+    }
+}
+
 impl TopicConfig {
     /// Every value check, before a run folder exists; messages name the key.
     pub fn validate(&self) -> Result<(), String> {

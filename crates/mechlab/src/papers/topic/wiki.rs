@@ -20,7 +20,7 @@ use crate::run::metrics::series;
 use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};
 use crate::train::fit;
-use mechlab_corpora::lda::{fit as lda_fit, HeldOutConfig, LdaConfig as GibbsConfig};
+use mechlab_corpora::lda::{fit as lda_fit, HeldOutConfig};
 use mechlab_engine::Float;
 use mechlab_report::{Figure, Series};
 use rand::seq::SliceRandom;
@@ -120,15 +120,7 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
     let t0 = std::time::Instant::now();
     let (lda_docs, dense_to_vocab) = corpus.content_docs(train_idx);
     let (held_docs, _) = corpus.content_docs(dev_idx);
-    let gibbs = GibbsConfig {
-        alpha: w.lda_alpha,
-        beta: w.lda_beta,
-        iterations: w.lda_iterations,
-        burn_in: w.lda_burn_in,
-        seed,
-        loglik_every: 10,
-        ..GibbsConfig::new(w.lda_topics)
-    };
+    let gibbs = w.gibbs(seed);
     let lda = lda_fit(&lda_docs, dense_to_vocab.len(), &gibbs)
         .map_err(|e| data_err(format!("wiki LDA: {e}")))?;
     let ppl = lda

@@ -22,7 +22,7 @@ use crate::papers::topic::WikiConfig;
 use crate::rng::{substream, Stream};
 use crate::run::summary::Summary;
 use crate::run::{RunConfig, RunCtx};
-use mechlab_corpora::lda::{fit as lda_fit, LdaConfig as GibbsConfig};
+use mechlab_corpora::lda::fit as lda_fit;
 use mechlab_corpora::wordpiece::Encoded;
 use mechlab_engine::hooks::Batch;
 use mechlab_report::{Figure, Series};
@@ -191,15 +191,7 @@ pub fn wiki_topics(w: &WikiConfig, seed: u64) -> Result<WikiTopics, ExperimentEr
     let (dev_idx, train_idx) = idx.split_at(w.n_dev);
     let t0 = std::time::Instant::now();
     let (lda_docs, dense_to_vocab) = corpus.content_docs(train_idx);
-    let gibbs = GibbsConfig {
-        alpha: w.lda_alpha,
-        beta: w.lda_beta,
-        iterations: w.lda_iterations,
-        burn_in: w.lda_burn_in,
-        seed,
-        loglik_every: 10,
-        ..GibbsConfig::new(w.lda_topics)
-    };
+    let gibbs = w.gibbs(seed);
     let lda = lda_fit(&lda_docs, dense_to_vocab.len(), &gibbs)
         .map_err(|e| data_err(format!("wiki LDA: {e}")))?;
     let mut lda_topics = vec![usize::MAX; corpus.vocab.len()];
