@@ -9,14 +9,13 @@
 //! minimised corpora in `fuzz/corpus/<target>/` are replayed through the same
 //! functions by `cargo test` (`tests/replay.rs`), so every past finding is
 //! rechecked in CI without AFL installed.
-//!
-//! Still to add: a target for the Hugging Face `config.json` + safetensors model
-//! loader, once that loader lands.
 
+mod bert;
 mod corpora;
 mod lab;
 mod scratch;
 
+pub use bert::{bert_model, bert_tokenizer};
 pub use corpora::{
     archives, imdb_archive, imdb_dir, mediawiki, reviews_csv, vital, wikitext, yelp_json,
 };
@@ -38,6 +37,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("yelp_json", yelp_json),
     ("vital", vital),
     ("imdb_dir", imdb_dir),
+    ("bert_model", bert_model),
+    ("bert_tokenizer", bert_tokenizer),
 ];
 
 /// The target called `name`.
