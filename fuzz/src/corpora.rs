@@ -237,8 +237,16 @@ pub fn vital(data: &[u8]) {
     };
     let mut out = serde_json::Map::new();
     for (i, a) in articles.iter().enumerate() {
+        // A title falls back to its key, so the one article that can have an
+        // empty title (key "", no title) keeps the key "" (finding-empty-key-title);
+        // "" sorts first, as it did in the input.
+        let key = if a.title.is_empty() {
+            String::new()
+        } else {
+            format!("{i:08}")
+        };
         out.insert(
-            format!("{i:08}"),
+            key,
             serde_json::json!({"title": a.title, "extract": a.text, "topic": a.topic}),
         );
     }
