@@ -6,6 +6,7 @@
 //! measurements of its mechanism). [`builtin`] lists them for the registry.
 
 pub mod induction;
+pub mod markov_icl;
 pub mod selection;
 pub mod topic;
 pub mod topic_bert;

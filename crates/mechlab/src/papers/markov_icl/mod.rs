@@ -1,0 +1,3 @@
+//! tmp
+pub mod data;
+pub mod model;
