@@ -17,6 +17,7 @@ use crate::experiment::Experiment;
 pub fn builtin() -> Vec<&'static dyn Experiment> {
     vec![
         &induction::Induction,
+        &markov_icl::MarkovIcl,
         &selection::Selection,
         &topic::TopicExperiment,
         &topic_bert::TopicBert,

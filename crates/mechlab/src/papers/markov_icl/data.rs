@@ -159,8 +159,17 @@ fn pick(rng: &mut impl Rng, probs: &[f64]) -> u8 {
 /// Draws `b` sequences, each from its own chain.
 pub fn sample(spec: &ChainSpec, b: usize, rng: &mut impl Rng) -> Result<Batch, String> {
     spec.check()?;
+    Ok(draw(spec, &gamma_of(spec)?, b, rng))
+}
+
+/// The row distribution's Gamma(α, 1) (normalised Gammas are Dirichlet).
+pub fn gamma_of(spec: &ChainSpec) -> Result<Gamma<f64>, String> {
+    Gamma::new(spec.alpha, 1.0).map_err(|e| format!("data.alpha = {}: {e}", spec.alpha))
+}
+
+/// [`sample`] for a spec that passed [`ChainSpec::check`], with its [`gamma_of`].
+pub fn draw(spec: &ChainSpec, gamma: &Gamma<f64>, b: usize, rng: &mut impl Rng) -> Batch {
     let (s, nc, n1, len) = (spec.vocab, spec.n_ctx(), spec.order - 1, spec.len);
-    let gamma = Gamma::new(spec.alpha, 1.0).map_err(|e| format!("data.alpha: {e}"))?;
     let mut tokens = vec![0u8; b * len];
     let mut trans = vec![0.0; b * nc * s];
     for i in 0..b {
@@ -168,26 +177,37 @@ pub fn sample(spec: &ChainSpec, b: usize, rng: &mut impl Rng) -> Result<Batch, S
         match spec.prior {
             Prior::Dirichlet => tr
                 .chunks_exact_mut(s)
-                .for_each(|r| dirichlet_row(rng, &gamma, r)),
+                .for_each(|r| dirichlet_row(rng, gamma, r)),
             Prior::DoublyStochastic => doubly_stochastic(rng, s, tr),
         }
         let pi = stationary(tr, s, nc);
         let start = pick(rng, &pi) as usize;
         let seq = &mut tokens[i * len..(i + 1) * len];
-        for k in 0..n1 {
-            seq[k] = ((start / s.pow((n1 - 1 - k) as u32)) % s) as u8;
+        for (k, v) in seq[..n1].iter_mut().enumerate() {
+            *v = ((start / s.pow((n1 - 1 - k) as u32)) % s) as u8;
         }
         for t in n1..len {
             let c = ctx_index(&seq[t - n1..t], s);
             seq[t] = pick(rng, &tr[c * s..(c + 1) * s]);
         }
     }
-    Ok(Batch {
+    Batch {
         tokens,
         trans,
         n: b,
         len,
-    })
+    }
+}
+
+/// Permutes each sequence's tokens in place (the shuffled control): the
+/// in-context unigram counts stay, every transition is destroyed.
+pub fn shuffle(batch: &mut Batch, rng: &mut impl Rng) {
+    for seq in batch.tokens.chunks_exact_mut(batch.len) {
+        for i in (1..seq.len()).rev() {
+            let j = rng.random_range(0..=i);
+            seq.swap(i, j);
+        }
+    }
 }
 
 /// An in-context strategy of the paper.
