@@ -118,3 +118,51 @@ fn same_seed_same_bits_for_any_thread_count() {
     };
     assert_eq!(grads(1), grads(3));
 }
+
+#[test]
+fn an_interrupted_run_resumes_to_the_same_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = [
+        "train.steps=120",
+        "probe.compare_prior=false",
+        "run.probe_every=20",
+        "data.seq_len=20",
+    ];
+    let p = |name: &str| tmp.path().join(name).display().to_string();
+    let mut args = vec!["mechlab", "--quiet", "run", "markov-icl-bigram", "--out"];
+    let a = p("a");
+    args.push(&a);
+    for s in &sets {
+        args.extend_from_slice(&["--set", s]);
+    }
+    assert_eq!(
+        mechlab::cli::run(mechlab::experiment::Registry::builtin(), args).unwrap(),
+        0
+    );
+    let whole = mechlab::run::read_summary(&tmp.path().join("a")).unwrap();
+    // the trained model comes back from its folder with its hook points
+    let mut m = mechlab::inspect::load_model(&tmp.path().join("a"), None).unwrap();
+    let batch = mechlab_engine::hooks::Batch::new(vec![0, 1, 1, 0, 1, 0], 1, 6);
+    let (y, cache) = m
+        .run_with_cache(&batch, &["blocks.1.attn.hook_pattern"])
+        .unwrap();
+    assert_eq!(y.shape, vec![1, 6, 2]);
+    assert_eq!(cache["blocks.1.attn.hook_pattern"].shape, vec![1, 1, 6, 6]);
+
+    let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let resolved = mechlab::commands::resolve("markov-icl-bigram", &overrides, None).unwrap();
+    let dir = tmp.path().join("b");
+    let mut ctx = mechlab::run::RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
+    ctx.stop_at = Some(77);
+    assert!(resolved.prepared.run(&mut ctx).is_err());
+    let b = p("b");
+    assert_eq!(
+        mechlab::cli::run(
+            mechlab::experiment::Registry::builtin(),
+            vec!["mechlab", "--quiet", "resume", &b]
+        )
+        .unwrap(),
+        0
+    );
+    assert_eq!(mechlab::run::read_summary(&dir).unwrap(), whole);
+}

@@ -21,6 +21,7 @@
 
 pub mod config;
 pub mod data;
+pub mod hooks;
 pub mod model;
 pub mod probes;
 mod report;
@@ -145,7 +146,8 @@ fn bad(msg: String) -> ExperimentError {
     ExperimentError::Data(msg)
 }
 
-fn dims(cfg: &MarkovConfig) -> Dims {
+/// The model sizes a config asks for.
+pub fn dims(cfg: &MarkovConfig) -> Dims {
     Dims {
         vocab: cfg.data.vocab,
         max_len: cfg.data.seq_len,
