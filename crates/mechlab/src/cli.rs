@@ -109,7 +109,7 @@ enum Cmd {
     },
     /// Run every registered paper experiment and write one combined report.
     Reproduce {
-        /// Papers to run: induction, selection, topic (default: all).
+        /// Papers to run: induction, markov-icl, selection, topic, topic-bert (default: all).
         papers: Vec<String>,
         /// Exit non-zero when a verdict fails.
         #[arg(long)]

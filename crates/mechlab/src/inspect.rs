@@ -31,6 +31,7 @@ use crate::experiment::Dtype;
 use crate::papers::induction::full::{Full, FullConfig};
 use crate::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use crate::papers::induction::{InductionConfig, ModelKind};
+use crate::papers::markov_icl::{self, model::RpeTransformer, MarkovConfig};
 use crate::papers::selection::data::SeqData;
 use crate::papers::selection::model::SelectionModel;
 use crate::papers::selection::SelectionConfig;
@@ -100,9 +101,18 @@ pub fn load_model(run_dir: &Path, step: Option<u64>) -> Result<Model, LoadError>
                 topic::<f64>(&cfg, &ckpt, &file)
             }
         }
+        "markov-icl" => {
+            let cfg: MarkovConfig = config::typed(&table, &file)?;
+            markov_icl::config::check(&cfg).map_err(|r| unsupported(&file, r))?;
+            if dtype(&cfg.model.dtype)? {
+                markov::<f32>(&cfg, &ckpt, &file)
+            } else {
+                markov::<f64>(&cfg, &ckpt, &file)
+            }
+        }
         other => Err(unsupported(
             &file,
-            format!("experiment = `{other}`: expected induction, selection or topic"),
+            format!("experiment = `{other}`: expected induction, markov-icl, selection or topic"),
         )),
     }
 }
@@ -146,6 +156,13 @@ where
 
 fn read<T: Float>(ckpt: &Path) -> Result<Loaded<T>, LoadError> {
     Ok(checkpoint::load::<T>(ckpt)?)
+}
+
+fn markov<T: Float>(cfg: &MarkovConfig, ckpt: &Path, file: &str) -> Built {
+    let mut rng = crate::rng::stream(cfg.seed, crate::rng::Stream::Init);
+    let m = RpeTransformer::<T>::new(&markov_icl::dims(cfg), &mut rng)
+        .map_err(|r| unsupported(file, r))?;
+    restore(m, &read::<T>(ckpt)?)
 }
 
 fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built {

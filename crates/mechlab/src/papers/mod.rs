@@ -6,6 +6,7 @@
 //! measurements of its mechanism). [`builtin`] lists them for the registry.
 
 pub mod induction;
+pub mod markov_icl;
 pub mod selection;
 pub mod topic;
 pub mod topic_bert;
@@ -16,6 +17,7 @@ use crate::experiment::Experiment;
 pub fn builtin() -> Vec<&'static dyn Experiment> {
     vec![
         &induction::Induction,
+        &markov_icl::MarkovIcl,
         &selection::Selection,
         &topic::TopicExperiment,
         &topic_bert::TopicBert,

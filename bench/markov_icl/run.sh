@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Times one training step (forward, backward, AdamW update) of the markov-icl model
+# in the authors' setting (S = 2, T = 100, batch 64, d_model 16, one head per
+# layer, f64) in mechlab and in our own PyTorch script, both on 2 threads, checks
+# that both compute the same losses on the same batches from the same initial
+# parameters, and prints the ratio. Run from anywhere: bench/markov_icl/run.sh [steps]
+set -euo pipefail
+source "$(dirname "$0")/../common.sh"
+steps="${1:-200}"
+bin="$(build_example bench_markov_icl)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+"$bin" "$steps" "$tmp" | tee "$tmp/rust.txt"
+"$py" bench/markov_icl/torch_rpe.py "$tmp" "$(( steps / 4 > 10 ? steps / 4 : 10 ))" | tee "$tmp/torch.txt"
+"$py" - "$tmp/rust.txt" "$tmp/torch.txt" <<'PY'
+import sys
+def read(p):
+    loss, per = [], None
+    for line in open(p):
+        w = line.split()
+        if w[0] == "step": loss.append(float(w[3]))
+        if w[0] == "threads": per = float(w[3])
+    return loss, per
+(lr, tr), (lt, tt) = read(sys.argv[1]), read(sys.argv[2])
+err = max(abs(a - b) for a, b in zip(lr, lt))
+print(f"max |loss difference| over the first 3 steps: {err:.2e}")
+assert err < 1e-9, "mechlab and PyTorch disagree"
+print(f"mechlab {tr*1e3:.2f} ms/step, PyTorch {tt*1e3:.2f} ms/step, ratio {tt/tr:.1f}x; "
+      f"the authors' 2 000 steps: mechlab {2000*tr:.1f} s, PyTorch {2000*tt:.1f} s")
+PY

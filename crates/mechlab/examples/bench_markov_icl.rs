@@ -1,0 +1,75 @@
+//! Times one training step (forward + backward + AdamW update) of the markov-icl
+//! model in the authors' setting: S = 2, T = 100, batch 64, d_model 16, one head
+//! per layer, f64. `bench_markov_icl [steps] [dir]`: prints the loss of each of the
+//! first three steps (for the PyTorch cross-check) and the mean seconds per step;
+//! with `dir`, writes the batches of those three steps (`tokens.u8`, `[3, 64, 101]`)
+//! and the initial parameters in visit order (`params.f64`, little-endian) there.
+
+use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
+use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
+use mechlab::rng::{stream, Stream};
+use mechlab::train::optim::{Hyper, Optimizer};
+use mechlab::train::OptimizerKind;
+use mechlab_engine::Parameters;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let steps: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let spec = ChainSpec {
+        vocab: 2,
+        order: 2,
+        prior: Prior::Dirichlet,
+        alpha: 1.0,
+        len: 101,
+    };
+    let dims = Dims {
+        vocab: 2,
+        max_len: 100,
+        d_model: 16,
+        n_heads: 1,
+        init_std: 0.02,
+        proj_std: 0.01,
+    };
+    let mut rng = stream(7, Stream::Data);
+    let batches: Vec<Vec<u8>> = (0..3)
+        .map(|_| sample(&spec, 64, &mut rng).expect("valid spec").tokens)
+        .collect();
+    let mut m =
+        RpeTransformer::<f64>::new(&dims, &mut stream(7, Stream::Init)).expect("valid dims");
+    if let Some(dir) = args.get(1) {
+        std::fs::write(format!("{dir}/tokens.u8"), batches.concat()).expect("write tokens");
+        let mut bytes = Vec::new();
+        m.visit(&mut |p| {
+            p.value()
+                .iter()
+                .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()))
+        });
+        std::fs::write(format!("{dir}/params.f64"), bytes).expect("write params");
+    }
+    let hyper = Hyper {
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        ..Hyper::default()
+    };
+    let mut opt = Optimizer::new(OptimizerKind::Adamw, hyper, &m);
+    let mut step = |m: &mut RpeTransformer<f64>, tokens: &[u8]| {
+        m.zero_grad();
+        let loss = m.loss(tokens, 101, true);
+        opt.step(m, 5e-4, &[]);
+        loss
+    };
+    for (s, b) in batches.iter().enumerate() {
+        println!("step {s} loss {:.12}", step(&mut m, b));
+    }
+    let t = Instant::now();
+    for i in 0..steps {
+        step(&mut m, &batches[i % 3]);
+    }
+    let per = t.elapsed().as_secs_f64() / steps as f64;
+    println!(
+        "threads {} seconds_per_step {per:.6}",
+        rayon::current_num_threads()
+    );
+}

@@ -1,0 +1,537 @@
+//! The authors' two-layer attention-only transformer with relative positions.
+//!
+//! Edelman et al. train `Relative_Transformer` (`mingpt/model_rpe.py`): token
+//! embedding, then per layer a pre-LayerNorm causal attention whose score adds a
+//! learned relative-position term to the query–key product,
+//! `s_ij = (q_i·k_j + q_i·p_{i−j}) / √d_head` for `j ≤ i`, with `p_r` row `r`
+//! of the layer's table `W_pos` (`[T, D]`, split over heads like `q`), an output
+//! projection back into the residual stream, and finally LayerNorm and an
+//! unembedding. There are no absolute positions and no MLPs; layer 0 has
+//! `n_heads` heads and layer 1 one head, as in their code. Dropout (0.1 in
+//! theirs) is left out: mechlab trains deterministically.
+//!
+//! Forward and backward are written by hand over preallocated per-chunk
+//! workspaces; the batch is split into [`N_CHUNKS`] fixed chunks
+//! (`engine::parallel`) and the chunks' gradients are reduced in order, so a
+//! step is bit-identical for any thread count. Parameters use TransformerLens
+//! names (`embed.W_E`, `blocks.{l}.attn.W_Q`, ...), stored `[out, in]` like
+//! PyTorch's `nn.Linear`.
+
+use mechlab_engine::layers::loss::{cross_entropy_logits, Reduction};
+use mechlab_engine::layers::{layernorm, linear, softmax};
+use mechlab_engine::parallel::{for_each_chunk, reduce_ordered, N_CHUNKS};
+use mechlab_engine::{param, Float, Param, Parameters};
+use rand::Rng;
+use rand_distr::{Distribution, Normal};
+
+/// LayerNorm ε of `nn.LayerNorm`.
+const LN_EPS: f64 = 1e-5;
+/// Parameters per attention layer, in visit order.
+const PER_LAYER: usize = 7;
+
+/// The sizes of the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dims {
+    pub vocab: usize,
+    /// Longest input `T` (rows of each `W_pos`).
+    pub max_len: usize,
+    pub d_model: usize,
+    /// Heads of layer 0 (layer 1 has one, as in the authors' model).
+    pub n_heads: usize,
+    /// Init std of every weight but the output projections (0.02 in theirs).
+    pub init_std: f64,
+    /// Init std of `W_O` (their `c_proj`, 0.01).
+    pub proj_std: f64,
+}
+
+/// The model: parameters and its training workspaces.
+pub struct RpeTransformer<T: Float> {
+    pub dims: Dims,
+    pub params: Vec<Param<T>>,
+    work: Vec<Work<T>>,
+}
+
+/// One chunk's activations for one sequence and its gradient accumulators.
+#[derive(Clone)]
+struct Work<T> {
+    t: usize,
+    // resid[l]: [T, D], l = 0..=2 (input of layer l; resid[2] feeds ln_final)
+    resid: Vec<Vec<T>>,
+    // per layer: ln output [T, D], mean/rstd [T], q/k/v/z [T, D], pattern [H, T, T]
+    ln: Vec<Vec<T>>,
+    mean: Vec<Vec<T>>,
+    rstd: Vec<Vec<T>>,
+    q: Vec<Vec<T>>,
+    k: Vec<Vec<T>>,
+    v: Vec<Vec<T>>,
+    z: Vec<Vec<T>>,
+    pattern: Vec<Vec<T>>,
+    // final: ln_final [T, D], mean/rstd [T], logits/dlogits [T, S]
+    lnf: Vec<T>,
+    meanf: Vec<T>,
+    rstdf: Vec<T>,
+    logits: Vec<T>,
+    dlogits: Vec<T>,
+    labels: Vec<Option<usize>>,
+    // backward scratch: [T, D] each, one attention row [T]
+    dx: Vec<T>,
+    dln: Vec<T>,
+    dq: Vec<T>,
+    dk: Vec<T>,
+    dv: Vec<T>,
+    dz: Vec<T>,
+    drow: Vec<T>,
+    // gradients of every parameter, in visit order
+    grads: Vec<Vec<T>>,
+    loss: f64,
+}
+
+impl<T: Float> Work<T> {
+    fn new(dims: &Dims, sizes: &[usize], t: usize) -> Self {
+        let d = dims.d_model;
+        let hs = [dims.n_heads, 1];
+        let td = vec![T::zero(); t * d];
+        let tv = vec![T::zero(); t];
+        Work {
+            t,
+            resid: vec![td.clone(); 3],
+            ln: vec![td.clone(); 2],
+            mean: vec![tv.clone(); 2],
+            rstd: vec![tv.clone(); 2],
+            q: vec![td.clone(); 2],
+            k: vec![td.clone(); 2],
+            v: vec![td.clone(); 2],
+            z: vec![td.clone(); 2],
+            pattern: hs.iter().map(|&h| vec![T::zero(); h * t * t]).collect(),
+            lnf: td.clone(),
+            meanf: tv.clone(),
+            rstdf: tv.clone(),
+            logits: vec![T::zero(); t * dims.vocab],
+            dlogits: vec![T::zero(); t * dims.vocab],
+            labels: vec![None; t],
+            dx: td.clone(),
+            dln: td.clone(),
+            dq: td.clone(),
+            dk: td.clone(),
+            dv: td.clone(),
+            dz: td,
+            drow: tv,
+            grads: sizes.iter().map(|&n| vec![T::zero(); n]).collect(),
+            loss: 0.0,
+        }
+    }
+}
+
+/// Index of parameter `which` (0 ln.w, 1 ln.b, 2 W_Q, 3 W_K, 4 W_V, 5 W_O, 6 W_pos) of layer `l`.
+fn li(l: usize, which: usize) -> usize {
+    1 + l * PER_LAYER + which
+}
+const LNF_W: usize = 1 + 2 * PER_LAYER;
+const LNF_B: usize = LNF_W + 1;
+const W_U: usize = LNF_W + 2;
+
+impl<T: Float> RpeTransformer<T> {
+    /// A freshly initialised model (normal weights as in the authors' `_init_weights`).
+    pub fn new(dims: &Dims, rng: &mut impl Rng) -> Result<Self, String> {
+        let (s, d, t) = (dims.vocab, dims.d_model, dims.max_len);
+        if dims.n_heads == 0 || d % dims.n_heads != 0 {
+            return Err(format!(
+                "model.n_heads = {}: must divide model.d_model = {d}",
+                dims.n_heads
+            ));
+        }
+        let normal = |std: f64| Normal::new(0.0, std).map_err(|e| format!("init std {std}: {e}"));
+        let (w, pj) = (normal(dims.init_std)?, normal(dims.proj_std)?);
+        let mut draw = |dist: &Normal<f64>, n: usize| -> Vec<T> {
+            (0..n).map(|_| T::of(dist.sample(rng))).collect()
+        };
+        let mut params = vec![param("embed.W_E", "embed", &[s, d], draw(&w, s * d))];
+        for l in 0..2 {
+            let b = format!("blocks.{l}");
+            let g = format!("layer{l}");
+            params.push(param(&format!("{b}.ln1.w"), &g, &[d], vec![T::one(); d]));
+            params.push(param(&format!("{b}.ln1.b"), &g, &[d], vec![T::zero(); d]));
+            for m in ["W_Q", "W_K", "W_V"] {
+                params.push(param(
+                    &format!("{b}.attn.{m}"),
+                    &g,
+                    &[d, d],
+                    draw(&w, d * d),
+                ));
+            }
+            params.push(param(
+                &format!("{b}.attn.W_O"),
+                &g,
+                &[d, d],
+                draw(&pj, d * d),
+            ));
+            params.push(param(
+                &format!("{b}.attn.W_pos"),
+                &g,
+                &[t, d],
+                draw(&w, t * d),
+            ));
+        }
+        params.push(param("ln_final.w", "unembed", &[d], vec![T::one(); d]));
+        params.push(param("ln_final.b", "unembed", &[d], vec![T::zero(); d]));
+        params.push(param("unembed.W_U", "unembed", &[s, d], draw(&w, s * d)));
+        Ok(RpeTransformer {
+            dims: dims.clone(),
+            params,
+            work: Vec::new(),
+        })
+    }
+
+    fn ensure_work(&mut self, t: usize) {
+        if self.work.first().is_none_or(|w| w.t != t) {
+            let sizes: Vec<usize> = self.params.iter().map(|p| p.numel()).collect();
+            self.work = vec![Work::new(&self.dims, &sizes, t); N_CHUNKS];
+        }
+    }
+
+    /// Mean next-token cross-entropy over `tokens` ([B, T + 1]); with `grad`, the
+    /// gradients are accumulated into the parameters.
+    pub fn loss(&mut self, tokens: &[u8], len: usize, grad: bool) -> T {
+        let (b, t) = (tokens.len() / len, len - 1);
+        assert!(t <= self.dims.max_len, "sequence longer than model.max_len");
+        self.ensure_work(t);
+        let inv = 1.0 / (b * t) as f64;
+        let params = &self.params;
+        let dims = &self.dims;
+        for_each_chunk(b, &mut self.work, |_, items, w| {
+            w.loss = 0.0;
+            if grad {
+                w.grads
+                    .iter_mut()
+                    .for_each(|g| g.iter_mut().for_each(|x| *x = T::zero()));
+            }
+            for i in items {
+                let seq = &tokens[i * len..(i + 1) * len];
+                forward(dims, params, &seq[..t], w);
+                for (p, lab) in w.labels.iter_mut().enumerate() {
+                    *lab = Some(seq[p + 1] as usize);
+                }
+                let out = cross_entropy_logits(
+                    &mut w.dlogits,
+                    &w.logits,
+                    &w.labels,
+                    dims.vocab,
+                    Reduction::Sum,
+                );
+                w.loss += out.loss;
+                if grad {
+                    let sc = T::of(inv);
+                    w.dlogits.iter_mut().for_each(|x| *x *= sc);
+                    backward(dims, params, &seq[..t], w);
+                }
+            }
+        });
+        if grad {
+            for (k, p) in self.params.iter_mut().enumerate() {
+                reduce_ordered(p.grad_mut(), &self.work, |w| &w.grads[k]);
+            }
+        }
+        T::of(self.work.iter().map(|w| w.loss).sum::<f64>() * inv)
+    }
+
+    /// Runs one sequence of inputs (`[T]`), returning its logits `[T, S]` and the
+    /// attention patterns of both layers (`[H_l, T, T]` each).
+    pub fn run_one(&mut self, input: &[u8]) -> (Vec<T>, [Vec<T>; 2]) {
+        let t = input.len();
+        self.ensure_work(t);
+        let w = &mut self.work[0];
+        forward(&self.dims, &self.params, input, w);
+        (
+            w.logits.clone(),
+            [w.pattern[0].clone(), w.pattern[1].clone()],
+        )
+    }
+}
+
+fn heads(dims: &Dims, l: usize) -> usize {
+    if l == 0 {
+        dims.n_heads
+    } else {
+        1
+    }
+}
+
+fn forward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>) {
+    let (s, d, t) = (dims.vocab, dims.d_model, input.len());
+    // resid[0]: [T, D] = W_E[input]
+    let we = p[0].value();
+    for (i, &tok) in input.iter().enumerate() {
+        let tok = tok as usize;
+        w.resid[0][i * d..(i + 1) * d].copy_from_slice(&we[tok * d..(tok + 1) * d]);
+    }
+    for l in 0..2 {
+        let (h, dh) = (heads(dims, l), d / heads(dims, l));
+        let scale = T::of(1.0 / (dh as f64).sqrt());
+        let (x, rest) = w.resid.split_at_mut(l + 1);
+        let (x, xo) = (&x[l], &mut rest[0]);
+        layernorm::forward(
+            &mut w.ln[l],
+            &mut w.mean[l],
+            &mut w.rstd[l],
+            x,
+            p[li(l, 0)].value(),
+            p[li(l, 1)].value(),
+            t,
+            d,
+            LN_EPS,
+        );
+        // q, k, v: [T, D] = ln · Wᵀ
+        linear::forward(&mut w.q[l], &w.ln[l], p[li(l, 2)].value(), None, t, d, d);
+        linear::forward(&mut w.k[l], &w.ln[l], p[li(l, 3)].value(), None, t, d, d);
+        linear::forward(&mut w.v[l], &w.ln[l], p[li(l, 4)].value(), None, t, d, d);
+        let pos = p[li(l, 6)].value(); // [T_max, D]
+        let (q, k, v, z, pat) = (&w.q[l], &w.k[l], &w.v[l], &mut w.z[l], &mut w.pattern[l]);
+        z.iter_mut().for_each(|x| *x = T::zero());
+        for hd in 0..h {
+            let o = hd * dh;
+            for i in 0..t {
+                // pattern[hd, i, :]: [T], causal
+                let row = &mut pat[(hd * t + i) * t..(hd * t + i + 1) * t];
+                let qi = &q[i * d + o..i * d + o + dh];
+                for j in 0..=i {
+                    let kj = &k[j * d + o..j * d + o + dh];
+                    let pr = &pos[(i - j) * d + o..(i - j) * d + o + dh];
+                    let mut acc = T::zero();
+                    for e in 0..dh {
+                        acc += qi[e] * (kj[e] + pr[e]);
+                    }
+                    row[j] = acc * scale;
+                }
+                softmax::row_in_place(row, |j| j <= i);
+                let zi = &mut z[i * d + o..i * d + o + dh];
+                for j in 0..=i {
+                    let a = row[j];
+                    let vj = &v[j * d + o..j * d + o + dh];
+                    for e in 0..dh {
+                        zi[e] += a * vj[e];
+                    }
+                }
+            }
+        }
+        // resid[l+1] = resid[l] + z · W_Oᵀ
+        linear::forward(xo, z, p[li(l, 5)].value(), None, t, d, d);
+        for (o, &xi) in xo.iter_mut().zip(x.iter()) {
+            *o += xi;
+        }
+    }
+    layernorm::forward(
+        &mut w.lnf,
+        &mut w.meanf,
+        &mut w.rstdf,
+        &w.resid[2],
+        p[LNF_W].value(),
+        p[LNF_B].value(),
+        t,
+        d,
+        LN_EPS,
+    );
+    // logits: [T, S]
+    linear::forward(&mut w.logits, &w.lnf, p[W_U].value(), None, t, d, s);
+}
+
+fn backward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>) {
+    let (s, d, t) = (dims.vocab, dims.d_model, input.len());
+    let g = &mut w.grads;
+    // d(ln_final): [T, D]
+    w.dln.iter_mut().for_each(|x| *x = T::zero());
+    linear::backward(
+        Some(&mut w.dln),
+        &mut g[W_U],
+        None,
+        &w.dlogits,
+        &w.lnf,
+        p[W_U].value(),
+        t,
+        d,
+        s,
+    );
+    w.dx.iter_mut().for_each(|x| *x = T::zero());
+    {
+        let (a, b) = g.split_at_mut(LNF_B);
+        layernorm::backward(
+            &mut w.dx,
+            Some(&mut a[LNF_W]),
+            Some(&mut b[0]),
+            &w.dln,
+            &w.resid[2],
+            &w.meanf,
+            &w.rstdf,
+            p[LNF_W].value(),
+            t,
+            d,
+        );
+    }
+    for l in (0..2).rev() {
+        let (h, dh) = (heads(dims, l), d / heads(dims, l));
+        let scale = T::of(1.0 / (dh as f64).sqrt());
+        // dz: [T, D] = dx · W_O ; dW_O += dxᵀ z. dx itself flows on through the residual.
+        w.dz.iter_mut().for_each(|x| *x = T::zero());
+        linear::backward(
+            Some(&mut w.dz),
+            &mut g[li(l, 5)],
+            None,
+            &w.dx,
+            &w.z[l],
+            p[li(l, 5)].value(),
+            t,
+            d,
+            d,
+        );
+        w.dq.iter_mut().for_each(|x| *x = T::zero());
+        w.dk.iter_mut().for_each(|x| *x = T::zero());
+        w.dv.iter_mut().for_each(|x| *x = T::zero());
+        let pos = p[li(l, 6)].value();
+        let (q, k, v, pat) = (&w.q[l], &w.k[l], &w.v[l], &w.pattern[l]);
+        let dpos = &mut g[li(l, 6)];
+        for hd in 0..h {
+            let o = hd * dh;
+            for i in 0..t {
+                let row = &pat[(hd * t + i) * t..(hd * t + i + 1) * t];
+                let dzi = &w.dz[i * d + o..i * d + o + dh];
+                // drow_j = dz_i · v_j, dv_j += a_ij dz_i
+                for j in 0..=i {
+                    let (vj, a) = (&v[j * d + o..j * d + o + dh], row[j]);
+                    let dvj = &mut w.dv[j * d + o..j * d + o + dh];
+                    let mut acc = T::zero();
+                    for e in 0..dh {
+                        acc += dzi[e] * vj[e];
+                        dvj[e] += a * dzi[e];
+                    }
+                    w.drow[j] = acc;
+                }
+                softmax::backward_row_in_place(&mut w.drow[..=i], &row[..=i]);
+                let qi = &q[i * d + o..i * d + o + dh];
+                for j in 0..=i {
+                    let ds = w.drow[j] * scale;
+                    let r = (i - j) * d + o;
+                    for e in 0..dh {
+                        w.dq[i * d + o + e] += ds * (k[j * d + o + e] + pos[r + e]);
+                        w.dk[j * d + o + e] += ds * qi[e];
+                        dpos[r + e] += ds * qi[e];
+                    }
+                }
+            }
+        }
+        // d(ln): [T, D] from q, k, v
+        w.dln.iter_mut().for_each(|x| *x = T::zero());
+        for (m, dm) in [(2, &w.dq), (3, &w.dk), (4, &w.dv)] {
+            linear::backward(
+                Some(&mut w.dln),
+                &mut g[li(l, m)],
+                None,
+                dm,
+                &w.ln[l],
+                p[li(l, m)].value(),
+                t,
+                d,
+                d,
+            );
+        }
+        let (a, b) = g.split_at_mut(li(l, 1));
+        layernorm::backward(
+            &mut w.dx,
+            Some(&mut a[li(l, 0)]),
+            Some(&mut b[0]),
+            &w.dln,
+            &w.resid[l],
+            &w.mean[l],
+            &w.rstd[l],
+            p[li(l, 0)].value(),
+            t,
+            d,
+        );
+    }
+    // embedding: dW_E[tok] += dx
+    for (i, &tok) in input.iter().enumerate() {
+        let tok = tok as usize;
+        for e in 0..d {
+            g[0][tok * d + e] += w.dx[i * d + e];
+        }
+    }
+}
+
+impl<T: Float> Parameters<T> for RpeTransformer<T> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        self.params.iter().for_each(f)
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        self.params.iter_mut().for_each(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::papers::markov_icl::data::{sample, ChainSpec, Prior};
+    use crate::rng::{stream, Stream};
+    use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
+
+    fn dims(h: usize) -> Dims {
+        Dims {
+            vocab: 3,
+            max_len: 9,
+            d_model: 4,
+            n_heads: h,
+            init_std: 0.5,
+            proj_std: 0.5,
+        }
+    }
+
+    #[test]
+    fn gradient_matches_finite_differences_in_f64() {
+        for h in [1, 2] {
+            let mut m = RpeTransformer::<f64>::new(&dims(h), &mut stream(3, Stream::Init)).unwrap();
+            let spec = ChainSpec {
+                vocab: 3,
+                order: 2,
+                prior: Prior::Dirichlet,
+                alpha: 1.0,
+                len: 8,
+            };
+            let b = sample(&spec, 11, &mut stream(3, Stream::Data)).unwrap();
+            let tok = b.tokens.clone();
+            let results = check_params(
+                &mut m,
+                |m: &RpeTransformer<f64>| {
+                    let mut c = RpeTransformer {
+                        dims: m.dims.clone(),
+                        params: m.params.clone(),
+                        work: Vec::new(),
+                    };
+                    c.loss(&tok, 8, false)
+                },
+                |m| {
+                    m.loss(&tok, 8, true);
+                },
+                DEFAULT_H,
+            );
+            for (name, r) in results {
+                r.assert_below(1e-5, &format!("{name} (heads {h})"));
+            }
+        }
+    }
+
+    #[test]
+    fn rows_of_the_pattern_are_causal_distributions() {
+        let mut m = RpeTransformer::<f64>::new(&dims(2), &mut stream(1, Stream::Init)).unwrap();
+        let (logits, pats) = m.run_one(&[0, 1, 2, 1, 0]);
+        assert_eq!(logits.len(), 5 * 3);
+        for (l, pat) in pats.iter().enumerate() {
+            for r in pat.chunks_exact(5).enumerate() {
+                let (row, i) = (r.1, r.0 % 5);
+                assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12, "layer {l}");
+                assert!(row[i + 1..].iter().all(|&a| a == 0.0));
+            }
+        }
+    }
+
+    #[test]
+    fn heads_must_divide_the_width() {
+        assert!(RpeTransformer::<f64>::new(&dims(3), &mut stream(1, Stream::Init)).is_err());
+    }
+}

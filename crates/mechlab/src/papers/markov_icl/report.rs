@@ -1,0 +1,308 @@
+//! The markov-icl run's ending: phase boundaries, verdicts, figures and notes.
+//!
+//! Everything here reads the probe records the trainer logged (`probe` events:
+//! eval loss, `kl.<strategy>`, `prev_token.h{h}.d{r}`, `induction`) plus the final
+//! evaluation, and turns them into a [`Summary`]. Every verdict states its
+//! prediction and carries a control: the same measurement at initialisation,
+//! where the mechanism cannot yet exist, must come out the other way.
+
+use super::config::MarkovConfig;
+use super::data::Prior;
+use super::probes::{self, Eval};
+use crate::experiment::ExperimentError;
+use crate::run::metrics;
+use crate::run::summary::Summary;
+use crate::run::RunCtx;
+use mechlab_report::{Figure, Series};
+
+/// Eval loss over training of a run outside the trainer, with its baselines.
+#[derive(Clone, Debug, Default)]
+pub struct Curve {
+    pub steps: Vec<f64>,
+    pub loss: Vec<f64>,
+    pub uniform: f64,
+    pub bayes: f64,
+}
+
+impl Curve {
+    /// First probe step whose loss is within a tenth of the uniform–Bayes span
+    /// of Bayes: past any unigram plateau (whose loss is above that under the
+    /// Dirichlet prior) and onto the n-gram solution.
+    pub fn t_bayes(&self) -> Option<u64> {
+        let target = self.bayes + 0.1 * (self.uniform - self.bayes);
+        probes::first_step(&self.steps, |i| self.loss[i] <= target)
+    }
+}
+
+/// What the run measured after training.
+pub struct Finals {
+    pub fitted_loss: f64,
+    pub fin: Eval,
+    /// Cross-entropy of each strategy of [`probes::strategies`] on the eval batch.
+    pub base: Vec<f64>,
+    pub control: Option<Curve>,
+    /// Attention patterns of both layers on `pat_tokens` (`[H_l, T, T]`).
+    pub pattern: [Vec<f64>; 2],
+    pub pat_tokens: Vec<u8>,
+}
+
+fn fmt_step(s: Option<u64>) -> String {
+    s.map_or("never".into(), |v| v.to_string())
+}
+
+/// Figures, verdicts and notes of a finished run.
+pub fn finish(
+    cfg: &MarkovConfig,
+    ctx: &mut RunCtx,
+    f: &Finals,
+) -> Result<Summary, ExperimentError> {
+    let order = cfg.data.order;
+    let strats = probes::strategies(order);
+    let names: Vec<String> = strats.iter().map(|s| probes::strategy_name(*s)).collect();
+    let recs = ctx.records()?;
+    let (steps, loss) = metrics::series(&recs, "probe", "loss");
+    let kls: Vec<Vec<f64>> = names
+        .iter()
+        .map(|n| metrics::series(&recs, "probe", &format!("kl.{n}")).1)
+        .collect();
+    let (_, ind) = metrics::series(&recs, "probe", "induction");
+    let n_probe = steps.len();
+    let argmin = |i: usize| {
+        (0..strats.len())
+            .min_by(|&a, &b| kls[a][i].total_cmp(&kls[b][i]))
+            .unwrap_or(0)
+    };
+    let ngram = strats.len() - 1;
+    let (uniform, bayes, unigram) = (f.base[0], f.base[ngram], f.base[1]);
+    // phase boundaries: first probe step at which each strategy is the nearest
+    let t_first: Vec<Option<u64>> = (0..strats.len())
+        .map(|k| probes::first_step(&steps, |i| argmin(i) == k))
+        .collect();
+    let mut phases: Vec<usize> = Vec::new();
+    for i in 0..n_probe {
+        let k = argmin(i);
+        if phases.last() != Some(&k) {
+            phases.push(k);
+        }
+    }
+    let phase_names: Vec<&str> = phases.iter().map(|&k| names[k].as_str()).collect();
+    let t_bayes = Curve {
+        steps: steps.clone(),
+        loss: loss.clone(),
+        uniform,
+        bayes,
+    }
+    .t_bayes();
+
+    // --- figures ---
+    let x1: Vec<f64> = steps.iter().map(|s| s + 1.0).collect();
+    let mut kf = Figure::lines("kl", "KL(strategy ‖ model) over training", "step + 1", "KL (nats)").log_x().log_y()
+        .caption("The strategy with the smallest divergence is the one the model implements: uniform, then the in-context unigram plateau, then the in-context n-gram (Bayes).");
+    for (n, k) in names.iter().zip(&kls) {
+        kf = kf.with_series(Series::new(
+            n,
+            x1.clone(),
+            k.iter().map(|v| v.max(1e-6)).collect(),
+        ));
+    }
+    ctx.figure(&kf)?;
+    let mut lf = Figure::lines(
+        "loss",
+        "Evaluation loss against the strategies' losses",
+        "step + 1",
+        "cross-entropy (nats)",
+    )
+    .log_x()
+    .caption("Dashed: each in-context strategy's loss on the same evaluation batch.")
+    .with_series(Series::new("model", x1.clone(), loss.clone()));
+    if let Some(c) = &f.control {
+        lf = lf.with_series(Series::new(
+            "model, doubly stochastic prior",
+            c.steps.iter().map(|s| s + 1.0).collect(),
+            c.loss.clone(),
+        ));
+    }
+    for (n, v) in names.iter().zip(&f.base) {
+        lf = lf.with_hline(n, *v);
+    }
+    ctx.figure(&lf)?;
+    let mut hf = Figure::lines("heads", "Head scores over training", "step + 1", "attention mass").log_x()
+        .caption("Layer 0: mean attention to the previous r tokens, per head. Layer 1: mass on keys that follow an earlier occurrence of the current context (statistical induction).")
+        .with_series(Series::new("layer 1 induction", x1.clone(), ind.clone()))
+        .with_hline("induction, uniform attention", f.fin.induction_uniform)
+        .with_hline("previous token, uniform attention", f.fin.prev_token_uniform);
+    for h in 0..cfg.model.n_heads {
+        for r in 1..order {
+            let (_, y) = metrics::series(&recs, "probe", &format!("prev_token.h{h}.d{r}"));
+            hf = hf.with_series(Series::new(
+                &format!("layer 0 head {h}, distance {r}"),
+                x1.clone(),
+                y,
+            ));
+        }
+    }
+    ctx.figure(&hf)?;
+    let tl = f.pat_tokens.len();
+    let ticks: Vec<String> = f
+        .pat_tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("{i}:{t}"))
+        .collect();
+    for (l, pat) in f.pattern.iter().enumerate() {
+        ctx.figure(
+            &Figure::heatmap(
+                &format!("pattern_l{l}"),
+                &format!("blocks.{l}.attn.hook_pattern, head 0, after training"),
+                "key position:token",
+                "query position:token",
+                tl,
+                tl,
+                pat[..tl * tl].to_vec(),
+                false,
+            )
+            .with_ticks(ticks.clone(), ticks.clone())
+            .caption("Attention of the trained model on the first evaluation sequence."),
+        )?;
+    }
+
+    // --- verdicts ---
+    let mut s = Summary::new("markov-icl", ctx.seed());
+    s.metric("final_train_loss", f.fitted_loss);
+    s.metric("eval_loss", f.fin.loss);
+    for (n, v) in names.iter().zip(&f.base) {
+        s.metric(&format!("strategy_loss.{n}"), *v);
+    }
+    for (n, v) in names.iter().zip(&f.fin.kl) {
+        s.metric(&format!("kl.{n}"), *v);
+    }
+    for (n, t) in names.iter().zip(&t_first) {
+        if let Some(t) = t {
+            s.metric(&format!("phase_start.{n}"), *t as f64);
+        }
+    }
+    if let Some(t) = t_bayes {
+        s.metric("t_bayes", t as f64);
+    }
+    s.metric("induction", f.fin.induction);
+    s.metric("induction_uniform", f.fin.induction_uniform);
+    s.metric("prev_token_uniform", f.fin.prev_token_uniform);
+    for (h, ph) in f.fin.prev_token.iter().enumerate() {
+        for (r, v) in ph.iter().enumerate() {
+            s.metric(&format!("prev_token.h{h}.d{}", r + 1), *v);
+        }
+    }
+    let span = uniform - bayes;
+    let gap0 = loss.first().copied().unwrap_or(f64::NAN) - bayes;
+    let gap = f.fin.loss - bayes;
+    s.verdict(
+        "the final loss approaches the Bayes-optimal in-context n-gram (control: at init it sits at uniform)",
+        &format!("loss − Bayes < 0.2·(uniform − Bayes) = {:.4}; at init > 0.8·that span", 0.2 * span),
+        format!("gap {gap:.4} (init {gap0:.4}); loss {:.4}, Bayes {bayes:.4}, unigram {unigram:.4}, uniform {uniform:.4}", f.fin.loss),
+        gap < 0.2 * span && gap0 > 0.8 * span,
+    );
+    let last = n_probe.saturating_sub(1);
+    s.verdict(
+        "the model ends nearest the in-context n-gram strategy (control: at init, nearest uniform)",
+        &format!("argmin KL: {} at the end, uniform at step 0", names[ngram]),
+        format!(
+            "{} at the end, {} at step 0",
+            names[argmin(last)],
+            names[argmin(0)]
+        ),
+        n_probe > 0 && argmin(last) == ngram && argmin(0) == 0,
+    );
+    if cfg.data.prior == Prior::Dirichlet {
+        let uni_before = phases
+            .iter()
+            .position(|&k| k == 1)
+            .is_some_and(|p| phases[p + 1..].contains(&ngram));
+        s.verdict(
+            "phases: uniform → in-context unigram plateau → in-context n-gram",
+            "the unigram strategy is nearest for a while before the n-gram",
+            format!(
+                "nearest strategy over training: {} (unigram from step {}, {} from step {})",
+                phase_names.join(" → "),
+                fmt_step(t_first[1]),
+                names[ngram],
+                fmt_step(t_first[ngram])
+            ),
+            uni_before && argmin(last) == ngram,
+        );
+    }
+    let pu = f.fin.prev_token_uniform;
+    let init_prev: Vec<f64> = (1..order)
+        .map(|r| {
+            (0..cfg.model.n_heads)
+                .map(|h| {
+                    metrics::series(&recs, "probe", &format!("prev_token.h{h}.d{r}"))
+                        .1
+                        .first()
+                        .copied()
+                        .unwrap_or(f64::NAN)
+                })
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let best_prev: Vec<f64> = (0..order - 1)
+        .map(|r| f.fin.prev_token.iter().map(|ph| ph[r]).fold(0.0, f64::max))
+        .collect();
+    s.verdict(
+        "layer 0 forms a previous-token head for every parent distance (control: at init, uniform)",
+        &format!("best head per distance > max(0.4, 3 × uniform {pu:.3}); at init < 2 × uniform"),
+        format!(
+            "distance 1..{}: {:?} (init {:?})",
+            order - 1,
+            round3(&best_prev),
+            round3(&init_prev)
+        ),
+        best_prev.iter().all(|&v| v > 0.4_f64.max(3.0 * pu))
+            && init_prev.iter().all(|&v| v < 2.0 * pu),
+    );
+    let iu = f.fin.induction_uniform;
+    let ind0 = ind.first().copied().unwrap_or(f64::NAN);
+    s.verdict(
+        "layer 1 forms a statistical induction head (control: at init, uniform)",
+        &format!("mass on matching keys > uniform {iu:.3} + ½(1 − uniform); at init < uniform + 0.1(1 − uniform)"),
+        format!("{:.3} (init {ind0:.3})", f.fin.induction),
+        f.fin.induction > iu + 0.5 * (1.0 - iu) && ind0 < iu + 0.1 * (1.0 - iu),
+    );
+    let mut compare_line = String::new();
+    if let Some(c) = &f.control {
+        let td = c.t_bayes();
+        if let Some(t) = td {
+            s.metric("t_bayes.doubly_stochastic", t as f64);
+        }
+        s.verdict(
+            "a doubly stochastic prior (unigrams useless) shortens the plateau",
+            "t_bayes (loss within 0.1·(uniform − Bayes) of Bayes) earlier than with the Dirichlet prior",
+            format!("doubly stochastic {}, Dirichlet {}", fmt_step(td), fmt_step(t_bayes)),
+            match (td, t_bayes) {
+                (Some(a), Some(b)) => a < b,
+                (Some(_), None) => true,
+                _ => false,
+            },
+        );
+        compare_line = format!("| t_bayes, doubly stochastic prior | {} |\n", fmt_step(td));
+    }
+
+    ctx.notes(&format!(
+        "## Setting\n\nS = {}, n = {order} ({:?} prior, α = {}), T = {}, batch {} fresh sequences per step, \
+         d_model {}, {} layer-0 head(s), {} steps of {:?} at lr {}, dtype {:?}{}.\n\n\
+         ## Measured\n\n| quantity | ours |\n|---|---|\n| eval loss | {:.4} |\n| strategy losses ({}) | {} |\n\
+         | nearest strategy over training | {} |\n| t_bayes (loss within 0.1·(uniform − Bayes) of Bayes) | {} |\n{compare_line}\
+         | layer-0 previous-token score per distance | {:?} (uniform {pu:.3}) |\n| layer-1 induction score | {:.3} (uniform {iu:.3}) |\n\n\
+         KL(strategy ‖ model) is averaged over every position of {} evaluation sequences; strategies are \
+         Dirichlet-posterior means with the data's α. See `docs/markov-icl.md` for the paper's numbers.\n",
+        cfg.data.vocab, cfg.data.prior, cfg.data.alpha, cfg.data.seq_len, cfg.data.batch, cfg.model.d_model, cfg.model.n_heads,
+        cfg.train.total_steps(), cfg.train.optimizer, cfg.train.lr, cfg.model.dtype,
+        if cfg.data.shuffle { ", tokens shuffled within each sequence (control)" } else { "" },
+        f.fin.loss, names.join(" / "), round3(&f.base).iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" / "),
+        phase_names.join(" → "), fmt_step(t_bayes), round3(&best_prev), f.fin.induction, cfg.probe.n_eval,
+    ))?;
+    Ok(s)
+}
+
+fn round3(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| (x * 1000.0).round() / 1000.0).collect()
+}

@@ -1,0 +1,168 @@
+//! markov-icl: the mechanism through the whole experiment, a control that breaks
+//! it on purpose, and determinism.
+//!
+//! A shortened bigram run (T = 50, batch 32, 1 500 AdamW steps, as the preset
+//! `mechlab reproduce` uses) must go uniform → unigram → bigram and form a
+//! previous-token head in layer 0 and a statistical induction head in layer 1.
+//! Shuffling each sequence's tokens keeps the in-context unigram counts and
+//! removes every transition: the same run then has no bigram to find, and the
+//! head verdicts must fail. The same seed gives bit-identical results, whatever
+//! the number of threads.
+
+use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
+use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
+use mechlab::rng::{stream, Stream};
+use mechlab::run::summary::{Summary, Verdict};
+use mechlab_engine::Parameters;
+
+fn run_short(overrides: &[&str]) -> Summary {
+    let exp = mechlab::experiment::find("markov-icl").expect("registered");
+    let mut table = exp.default_config();
+    let preset = mechlab::config::presets::find("markov-icl-bigram").unwrap();
+    mechlab::config::overlay(
+        &mut table,
+        &mechlab::config::parse(preset.text, "preset").unwrap(),
+        "preset",
+    )
+    .unwrap();
+    for o in [
+        "probe.compare_prior=false",
+        "run.checkpoints=false",
+        "run.probe_every=100",
+    ]
+    .iter()
+    .chain(overrides)
+    {
+        mechlab::config::apply_override(&mut table, o).unwrap();
+    }
+    let prepared = exp.prepare(&table, "test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut ctx =
+        mechlab::run::RunCtx::create(&dir.path().join("run"), table, "test", true).unwrap();
+    let summary = prepared.run(&mut ctx).unwrap();
+    ctx.finish(&summary).unwrap();
+    summary
+}
+
+fn verdict<'a>(s: &'a Summary, prefix: &str) -> &'a Verdict {
+    s.verdicts
+        .iter()
+        .find(|v| v.claim.starts_with(prefix))
+        .unwrap()
+}
+
+#[test]
+fn bigram_data_grows_both_heads_and_reaches_bayes_and_shuffled_data_does_not() {
+    let s = run_short(&[]);
+    for p in [
+        "the final loss",
+        "the model ends nearest",
+        "phases:",
+        "layer 0 forms",
+        "layer 1 forms",
+    ] {
+        assert!(verdict(&s, p).pass, "{p}: {:?}", verdict(&s, p));
+    }
+    assert!(
+        s.metrics["kl.bigram"] < s.metrics["kl.unigram"],
+        "{:?}",
+        s.metrics
+    );
+
+    // Control: the same run on shuffled sequences (no transitions to learn).
+    let c = run_short(&["data.shuffle=true"]);
+    assert!(!verdict(&c, "layer 0 forms").pass, "{:?}", c.verdicts);
+    assert!(!verdict(&c, "layer 1 forms").pass, "{:?}", c.verdicts);
+    assert!(
+        c.metrics["kl.unigram"] < c.metrics["kl.bigram"],
+        "{:?}",
+        c.metrics
+    );
+    assert!(c.metrics["induction"] < s.metrics["induction"]);
+}
+
+#[test]
+fn same_seed_same_bits_for_any_thread_count() {
+    let a = run_short(&["train.steps=60", "run.probe_every=20"]);
+    let b = run_short(&["train.steps=60", "run.probe_every=20"]);
+    assert_eq!(a.metrics, b.metrics);
+
+    let dims = Dims {
+        vocab: 3,
+        max_len: 20,
+        d_model: 8,
+        n_heads: 2,
+        init_std: 0.3,
+        proj_std: 0.3,
+    };
+    let spec = ChainSpec {
+        vocab: 3,
+        order: 2,
+        prior: Prior::DoublyStochastic,
+        alpha: 1.0,
+        len: 21,
+    };
+    let batch = sample(&spec, 37, &mut stream(9, Stream::Data)).unwrap();
+    let grads = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut m = RpeTransformer::<f32>::new(&dims, &mut stream(9, Stream::Init)).unwrap();
+            let loss = m.loss(&batch.tokens, batch.len, true);
+            let mut g = vec![loss];
+            m.visit(&mut |p| g.extend_from_slice(p.grad()));
+            g.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        })
+    };
+    assert_eq!(grads(1), grads(3));
+}
+
+#[test]
+fn an_interrupted_run_resumes_to_the_same_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = [
+        "train.steps=120",
+        "probe.compare_prior=false",
+        "run.probe_every=20",
+        "data.seq_len=20",
+    ];
+    let p = |name: &str| tmp.path().join(name).display().to_string();
+    let mut args = vec!["mechlab", "--quiet", "run", "markov-icl-bigram", "--out"];
+    let a = p("a");
+    args.push(&a);
+    for s in &sets {
+        args.extend_from_slice(&["--set", s]);
+    }
+    assert_eq!(
+        mechlab::cli::run(mechlab::experiment::Registry::builtin(), args).unwrap(),
+        0
+    );
+    let whole = mechlab::run::read_summary(&tmp.path().join("a")).unwrap();
+    // the trained model comes back from its folder with its hook points
+    let mut m = mechlab::inspect::load_model(&tmp.path().join("a"), None).unwrap();
+    let batch = mechlab_engine::hooks::Batch::new(vec![0, 1, 1, 0, 1, 0], 1, 6);
+    let (y, cache) = m
+        .run_with_cache(&batch, &["blocks.1.attn.hook_pattern"])
+        .unwrap();
+    assert_eq!(y.shape, vec![1, 6, 2]);
+    assert_eq!(cache["blocks.1.attn.hook_pattern"].shape, vec![1, 1, 6, 6]);
+
+    let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let resolved = mechlab::commands::resolve("markov-icl-bigram", &overrides, None).unwrap();
+    let dir = tmp.path().join("b");
+    let mut ctx = mechlab::run::RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
+    ctx.stop_at = Some(77);
+    assert!(resolved.prepared.run(&mut ctx).is_err());
+    let b = p("b");
+    assert_eq!(
+        mechlab::cli::run(
+            mechlab::experiment::Registry::builtin(),
+            vec!["mechlab", "--quiet", "resume", &b]
+        )
+        .unwrap(),
+        0
+    );
+    assert_eq!(mechlab::run::read_summary(&dir).unwrap(), whole);
+}
