@@ -356,9 +356,16 @@ where
             for o in &outcomes {
                 all_pass &= o.passed();
                 match &o.result {
-                    Ok(s) => {
+                    Ok(_) => {
                         println!("== {} ({:.1} s)", o.name, o.seconds);
-                        print_verdicts(s);
+                        for v in o.verdicts() {
+                            let mark = match (v.pass, o.known(&v).is_some()) {
+                                (true, _) => "pass",
+                                (false, true) => "FAIL, known",
+                                (false, false) => "FAIL",
+                            };
+                            print_verdict(mark, &v);
+                        }
                     }
                     Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
                 }
@@ -416,12 +423,13 @@ fn submit_sweep(spec: &sweep::SweepSpec, out: &std::path::Path, a: SlurmArgs) ->
 
 fn print_verdicts(s: &crate::run::summary::Summary) {
     for v in &s.verdicts {
-        println!(
-            "  [{}] {} — predicted {}, measured {}",
-            if v.pass { "pass" } else { "FAIL" },
-            v.claim,
-            v.prediction,
-            v.measured
-        );
+        print_verdict(if v.pass { "pass" } else { "FAIL" }, v);
     }
+}
+
+fn print_verdict(mark: &str, v: &mechlab_report::Verdict) {
+    println!(
+        "  [{mark}] {} — predicted {}, measured {}",
+        v.claim, v.prediction, v.measured
+    );
 }
