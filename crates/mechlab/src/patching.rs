@@ -24,6 +24,28 @@
 //! (`get_act_patch_resid_pre` for the residual stream).
 //!
 //! ```
+//! use mechlab::papers::induction::simplified::{Simplified, SimplifiedConfig};
+//! use mechlab::patching::{self, mean_nll};
+//! use mechlab_engine::hooks::{Ablation, Batch, HookedModel};
+//! let mut m = Simplified::<f64>::new(&SimplifiedConfig::default());
+//! m.a.value_mut()[0] = 5.0;
+//! let clean = Batch::new(vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0], 1, 10);
+//! let corrupted = Batch::new(vec![0, 1, 2, 0, 1, 2, 0, 1, 0, 1], 1, 10);
+//! let loss = |y: &mechlab_engine::hooks::Tensor| mean_nll(y, &[1], 1e-12);
+//! // zero-ablate head 0's output everywhere
+//! let z = patching::hook("blocks.0.attn.hook_z", Ablation::Zero, Some(vec![0]), None);
+//! let y = m.run_with_hooks(&clean, &[z])?;
+//! assert_ne!(y, m.run_with_hooks(&clean, &[])?);
+//! // patch every position of the embedding: the clean loss, effect 1
+//! let (v, base, effect) = patching::patch_positions(&mut m, &clean, &corrupted, "hook_embed", None, &loss)?;
+//! assert_eq!((v, effect), (base.clean, 1.0));
+//! // the head × position grid of hook_z
+//! let g = patching::patch_by_head_pos(&mut m, &clean, &corrupted, "blocks.0.attn.hook_z", &loss)?;
+//! assert_eq!((g.rows, g.cols), (3, 11));
+//! # Ok::<(), mechlab_engine::hooks::HookError>(())
+//! ```
+//!
+//! ```
 //! use mechlab::patching::patching_effect;
 //! assert_eq!(patching_effect(2.0, 0.0, 1.5), 0.75);
 //! assert!(patching_effect(1.0, 1.0, 1.0).is_nan(), "no clean/corrupted gap: undefined");
@@ -70,7 +92,10 @@ pub fn axes_of(layout: &str) -> Vec<String> {
 }
 
 /// The point's layout: `(head axis, position axis)` indices, or an error naming it.
-fn point_axes(m: &dyn HookedModel, name: &str) -> Result<(Option<usize>, Option<usize>), HookError> {
+fn point_axes(
+    m: &dyn HookedModel,
+    name: &str,
+) -> Result<(Option<usize>, Option<usize>), HookError> {
     let points = m.hook_points();
     let p = points
         .iter()
@@ -151,7 +176,7 @@ pub fn roll_batch(batch: &Batch) -> Batch {
     for b in 0..n {
         tokens.extend_from_slice(batch.seq((b + 1) % n));
     }
-    let per = if n == 0 { 0 } else { batch.targets.len() / n };
+    let per = batch.targets.len().checked_div(n).unwrap_or(0);
     let mut targets = Vec::with_capacity(batch.targets.len());
     for b in 0..n {
         let s = ((b + 1) % n) * per;
@@ -303,7 +328,10 @@ pub fn patch_positions(
         clean: metric(&yc),
         corrupted: metric(&y_bad),
     };
-    let y = m.run_with_hooks(corrupted, &[hook(name, Ablation::Patch(src), None, positions)])?;
+    let y = m.run_with_hooks(
+        corrupted,
+        &[hook(name, Ablation::Patch(src), None, positions)],
+    )?;
     let v = metric(&y);
     Ok((v, b, patching_effect(b.clean, b.corrupted, v)))
 }
@@ -371,7 +399,9 @@ mod tests {
     #[test]
     fn metrics() {
         let y = Tensor::new(vec![2, 2], vec![0.25, 0.75, 0.5, 0.5]);
-        assert!((mean_nll(&y, &[1, 0], 1e-8) - (-(0.75f64.ln()) - 0.5f64.ln()) / 2.0).abs() < 1e-15);
+        assert!(
+            (mean_nll(&y, &[1, 0], 1e-8) - (-(0.75f64.ln()) - 0.5f64.ln()) / 2.0).abs() < 1e-15
+        );
         assert_eq!(mean_diff(&y, &[1, 0], &[0, 1]), 0.25);
     }
 }

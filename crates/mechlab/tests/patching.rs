@@ -53,13 +53,24 @@ fn every_kind(m: &mut dyn HookedModel) {
         .unwrap();
     assert_ne!(zero, y, "zero ablation of head 1");
     let emb = patching::activation(m, &batch, "hook_embed").unwrap();
-    assert!(emb.data.chunks(3).skip(10).step_by(11).all(|r| r == [0.0; 3]));
+    assert!(emb
+        .data
+        .chunks(3)
+        .skip(10)
+        .step_by(11)
+        .all(|r| r == [0.0; 3]));
     let z_id = m
-        .run_with_hooks(&batch, &[hook("hook_embed", Ablation::Zero, None, Some(vec![10]))])
+        .run_with_hooks(
+            &batch,
+            &[hook("hook_embed", Ablation::Zero, None, Some(vec![10]))],
+        )
         .unwrap();
     assert_eq!(z_id, y, "zero ablation of zeros is the identity");
     let z_tok = m
-        .run_with_hooks(&batch, &[hook("hook_embed", Ablation::Zero, None, Some(vec![9]))])
+        .run_with_hooks(
+            &batch,
+            &[hook("hook_embed", Ablation::Zero, None, Some(vec![9]))],
+        )
         .unwrap();
     assert_ne!(z_tok, y, "zero ablation of a token changes ŷ");
 
@@ -72,15 +83,27 @@ fn every_kind(m: &mut dyn HookedModel) {
         let two = Batch::new([batch.seq(b), batch.seq(b)].concat(), 2, 10);
         let y1 = m.run_with_hooks(&one, &[]).unwrap();
         let mh = patching::mean_hook(m, Z, &two, 1, None, None).unwrap();
-        assert_eq!(m.run_with_hooks(&one, &[mh]).unwrap(), y1, "mean of copies, row {b}");
+        assert_eq!(
+            m.run_with_hooks(&one, &[mh]).unwrap(),
+            y1,
+            "mean of copies, row {b}"
+        );
     }
 
     // resample: from another input changes ŷ; from the same input is the identity
     let rolled = patching::roll_batch(&batch);
     let rh = patching::resample_hook(m, Z, &rolled, None, None).unwrap();
-    assert_ne!(m.run_with_hooks(&batch, &[rh]).unwrap(), y, "resample ablation");
+    assert_ne!(
+        m.run_with_hooks(&batch, &[rh]).unwrap(),
+        y,
+        "resample ablation"
+    );
     let same = patching::resample_hook(m, Z, &batch, None, Some(vec![3, 9])).unwrap();
-    assert_eq!(m.run_with_hooks(&batch, &[same]).unwrap(), y, "resample from itself");
+    assert_eq!(
+        m.run_with_hooks(&batch, &[same]).unwrap(),
+        y,
+        "resample from itself"
+    );
 
     // patch: every position of the embedding recovers the clean run exactly, with
     // effect 1 on the loss; no position is effect 0; the grid's cells are the
@@ -91,19 +114,29 @@ fn every_kind(m: &mut dyn HookedModel) {
     assert_eq!(e, 1.0, "patching every position restores the clean loss");
     let src = patching::activation(m, &batch, "hook_embed").unwrap();
     let all = m
-        .run_with_hooks(&other, &[hook("hook_embed", Ablation::Patch(src), None, None)])
+        .run_with_hooks(
+            &other,
+            &[hook("hook_embed", Ablation::Patch(src), None, None)],
+        )
         .unwrap();
     assert_eq!(all, y, "patching every position recovers the clean output");
     let (v0, _, e0) =
         patching::patch_positions(m, &batch, &other, "hook_embed", Some(vec![]), &loss).unwrap();
-    assert_eq!((v0, e0), (b.corrupted, 0.0), "patching nothing changes nothing");
+    assert_eq!(
+        (v0, e0),
+        (b.corrupted, 0.0),
+        "patching nothing changes nothing"
+    );
 
     let g = patching::patch_by_head_pos(m, &batch, &other, Z, &loss).unwrap();
     assert_eq!((g.rows, g.cols), (3, 11));
     assert!(g.effect.iter().any(|&e| e != 0.0), "some cell matters");
     let src = patching::activation(m, &batch, Z).unwrap();
     let cell = m
-        .run_with_hooks(&other, &[hook(Z, Ablation::Patch(src), Some(vec![2]), Some(vec![7]))])
+        .run_with_hooks(
+            &other,
+            &[hook(Z, Ablation::Patch(src), Some(vec![2]), Some(vec![7]))],
+        )
         .unwrap();
     assert_eq!(g.patched[2 * 11 + 7], loss(&cell));
     assert_eq!(
@@ -112,7 +145,10 @@ fn every_kind(m: &mut dyn HookedModel) {
     );
     let row = patching::patch_by_pos(m, &batch, &other, "hook_embed", &loss).unwrap();
     assert_eq!((row.rows, row.cols), (1, 11));
-    assert_eq!(row.effect[10], 0.0, "the query row of the embedding is zero in both runs");
+    assert_eq!(
+        row.effect[10], 0.0,
+        "the query row of the embedding is zero in both runs"
+    );
 
     // mismatched shapes are errors, not panics
     let (short, _) = markov(2, 10, 9);

@@ -38,10 +38,12 @@ pub enum InterveneError {
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> InterveneError + '_ {
-    move |e| InterveneError::Run(RunError::Io {
-        path: path.display().to_string(),
-        source: e,
-    })
+    move |e| {
+        InterveneError::Run(RunError::Io {
+            path: path.display().to_string(),
+            source: e,
+        })
+    }
 }
 
 /// What to run.
@@ -58,7 +60,10 @@ pub fn run(run_dir: &Path, req: &Request) -> Result<serde_json::Value, Intervene
     let cfg_path = run_dir.join("config.toml");
     let file = cfg_path.display().to_string();
     let table = config::read_file(&cfg_path)?;
-    let exp = table.get("experiment").and_then(|v| v.as_str()).unwrap_or("");
+    let exp = table
+        .get("experiment")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
     if exp != "induction" {
         return Err(InterveneError::Invalid(format!(
             "{file}: experiment = `{exp}`: intervene supports induction runs"
@@ -101,13 +106,19 @@ pub fn run(run_dir: &Path, req: &Request) -> Result<serde_json::Value, Intervene
     };
     if !kinds.is_empty() {
         let abl = causal::head_ablations(model.as_mut(), &batch, &targets, h, floor)?;
-        let abl: Vec<_> = abl.into_iter().filter(|(k, _)| kinds.iter().any(|x| x == k)).collect();
+        let abl: Vec<_> = abl
+            .into_iter()
+            .filter(|(k, _)| kinds.iter().any(|x| x == k))
+            .collect();
         notes.push_str("| ablation of `blocks.0.attn.hook_z` |");
         notes.push_str(&(0..h).map(|hd| format!(" head {hd} |")).collect::<String>());
         notes.push_str(&format!("\n|---|{}\n", "---|".repeat(h)));
         let mut vals = Vec::new();
         for (k, v) in &abl {
-            notes.push_str(&format!("| {k} |{}\n", v.iter().map(|x| format!(" {x:.4} |")).collect::<String>()));
+            notes.push_str(&format!(
+                "| {k} |{}\n",
+                v.iter().map(|x| format!(" {x:.4} |")).collect::<String>()
+            ));
             vals.extend(v.iter().map(|x| x - clean));
         }
         let mut map = serde_json::Map::new();
@@ -124,7 +135,8 @@ pub fn run(run_dir: &Path, req: &Request) -> Result<serde_json::Value, Intervene
         let setup = causal::patch_setup(model.as_mut(), &batch, cfg.data.vocab, &cfg.data.parents)?;
         if setup.a.is_empty() {
             return Err(InterveneError::Invalid(
-                "--patch: corrupting the query's parents changes no prediction of this model".into(),
+                "--patch: corrupting the query's parents changes no prediction of this model"
+                    .into(),
             ));
         }
         let g = causal::patch_grid(model.as_mut(), &setup)?;
@@ -136,7 +148,9 @@ pub fn run(run_dir: &Path, req: &Request) -> Result<serde_json::Value, Intervene
             "rows": "head", "cols": "position",
             "effect": g.effect.chunks(g.cols).map(|r| r.to_vec()).collect::<Vec<_>>(),
         });
-        let best = (0..g.effect.len()).max_by(|&a, &b| g.effect[a].total_cmp(&g.effect[b])).unwrap_or(0);
+        let best = (0..g.effect.len())
+            .max_by(|&a, &b| g.effect[a].total_cmp(&g.effect[b]))
+            .unwrap_or(0);
         notes.push_str(&format!(
             "\nActivation patching of `blocks.0.attn.hook_z` from clean into parent-corrupted sequences ({} sequences): \
              the largest effect, {:.3}, is head {} at position {}.\n",
@@ -147,11 +161,18 @@ pub fn run(run_dir: &Path, req: &Request) -> Result<serde_json::Value, Intervene
         write_figure(run_dir, &fig)?;
     }
     let json_path = run_dir.join("intervene.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&out).expect("JSON serialises"))
-        .map_err(io(&json_path))?;
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&out).expect("JSON serialises"),
+    )
+    .map_err(io(&json_path))?;
     let notes_path = run_dir.join("notes.md");
     let old = std::fs::read_to_string(&notes_path).unwrap_or_default();
-    let kept = old.split("\n## Interventions\n").next().unwrap_or("").to_string();
+    let kept = old
+        .split("\n## Interventions\n")
+        .next()
+        .unwrap_or("")
+        .to_string();
     std::fs::write(&notes_path, kept + &notes).map_err(io(&notes_path))?;
     super::report::build(run_dir)?;
     Ok(out)
@@ -159,5 +180,9 @@ pub fn run(run_dir: &Path, req: &Request) -> Result<serde_json::Value, Intervene
 
 fn write_figure(run_dir: &Path, fig: &Figure) -> Result<(), InterveneError> {
     let path = run_dir.join("figures").join(format!("{}.json", fig.id));
-    std::fs::write(&path, serde_json::to_string_pretty(fig).expect("figures serialise")).map_err(io(&path))
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(fig).expect("figures serialise"),
+    )
+    .map_err(io(&path))
 }

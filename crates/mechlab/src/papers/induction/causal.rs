@@ -41,7 +41,12 @@ pub fn batch_of(data: &MarkovData, n: usize) -> (Batch, Vec<usize>) {
 
 /// One context of length `l` with the tokens at the query's parent positions
 /// `l − p` shifted by one (mod `s`), and the positions changed (ascending).
-pub fn corrupt_parents(seq: &[u32], l: usize, s: usize, parents: &[usize]) -> (Vec<u32>, Vec<usize>) {
+pub fn corrupt_parents(
+    seq: &[u32],
+    l: usize,
+    s: usize,
+    parents: &[usize],
+) -> (Vec<u32>, Vec<usize>) {
     let mut out = seq[..l].to_vec();
     let mut changed: Vec<usize> = parents
         .iter()
@@ -72,7 +77,9 @@ pub fn head_ablations(
         for h in 0..n_heads {
             let hk = match kind {
                 "zero" => hook(HEAD_OUT, Ablation::Zero, Some(vec![h]), None),
-                "mean" => patching::mean_hook(m, HEAD_OUT, batch, batch.batch, Some(vec![h]), None)?,
+                "mean" => {
+                    patching::mean_hook(m, HEAD_OUT, batch, batch.batch, Some(vec![h]), None)?
+                }
                 _ => patching::resample_hook(m, HEAD_OUT, &rolled, Some(vec![h]), None)?,
             };
             v.push(loss(&m.run_with_hooks(batch, &[hk])?));
@@ -115,7 +122,10 @@ pub fn patch_setup(
     let yb = m.run_with_hooks(&corrupted, &[])?;
     let (mut keep_c, mut keep_b, mut a, mut bb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for b in 0..batch.batch {
-        let (ta, tb) = (argmax(&yc.data[b * s..(b + 1) * s]), argmax(&yb.data[b * s..(b + 1) * s]));
+        let (ta, tb) = (
+            argmax(&yc.data[b * s..(b + 1) * s]),
+            argmax(&yb.data[b * s..(b + 1) * s]),
+        );
         if ta != tb {
             keep_c.extend_from_slice(batch.seq(b));
             keep_b.extend_from_slice(corrupted.seq(b));
@@ -200,7 +210,11 @@ pub fn verdicts(
             s.metric(&format!("causal.ablate_{kind}.h{hd}"), *x);
         }
     }
-    let worst = |hs: &[usize]| hs.iter().map(|&hd| mean[hd] - clean).fold(f64::NAN, f64::max);
+    let worst = |hs: &[usize]| {
+        hs.iter()
+            .map(|&hd| mean[hd] - clean)
+            .fold(f64::NAN, f64::max)
+    };
     let (dp, dn) = (worst(&parent), worst(&other));
     s.verdict(
         "causal: mean-ablating a parent-copier head raises the validation loss toward uniform attention; a non-parent head far less",

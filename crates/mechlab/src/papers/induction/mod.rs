@@ -437,8 +437,10 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
         a_final > 10.0 * cfg.model.a_init.abs().max(0.01),
     );
     let dist = probe::head_distances::<T, M>(model);
-    causal::verdicts(model, &val, &truth, &sel.heads, &dist, uniform.1, floor, &mut s)
-        .map_err(|e| bad(e.to_string()))?;
+    causal::verdicts(
+        model, &val, &truth, &sel.heads, &dist, uniform.1, floor, &mut s,
+    )
+    .map_err(|e| bad(e.to_string()))?;
 
     let mi_table: String = mi_all
         .iter()
