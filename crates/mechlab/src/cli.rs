@@ -107,6 +107,22 @@ enum Cmd {
         #[arg(long)]
         step: Option<u64>,
     },
+    /// Ablate and patch a trained run's layer-1 heads on its validation data
+    /// (induction runs): intervene.json, figures and a report section.
+    Intervene {
+        run: PathBuf,
+        /// Checkpoint step (default: the latest).
+        #[arg(long)]
+        step: Option<u64>,
+        /// Ablation kind: zero, mean or resample (repeatable; default all three
+        /// when --patch is not given).
+        #[arg(long, value_name = "KIND")]
+        ablate: Vec<String>,
+        /// Patch each head's output at each position from clean into
+        /// parent-corrupted sequences.
+        #[arg(long)]
+        patch: bool,
+    },
     /// Run every registered paper experiment and write one combined report.
     Reproduce {
         /// Papers to run: induction, markov-icl, selection, topic, topic-bert (default: all).
@@ -244,6 +260,21 @@ where
         Cmd::Resume { run } => {
             let summary = commands::resume(&run, quiet)?;
             print_verdicts(&summary);
+            println!("report: {}", run.join("report.html").display());
+        }
+        Cmd::Intervene {
+            run,
+            step,
+            ablate,
+            patch,
+        } => {
+            let req = commands::intervene::Request {
+                step,
+                ablate,
+                patch,
+            };
+            commands::intervene::run(&run, &req)?;
+            println!("interventions: {}", run.join("intervene.json").display());
             println!("report: {}", run.join("report.html").display());
         }
         Cmd::Report { run } => {

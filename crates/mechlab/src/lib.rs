@@ -29,6 +29,7 @@ pub mod experiment;
 pub mod inspect;
 pub mod intervene;
 pub mod papers;
+pub mod patching;
 pub mod rng;
 pub mod run;
 pub mod train;

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod export;
+pub mod intervene;
 pub mod report;
 pub mod reproduce;
 pub mod slurm;

@@ -36,6 +36,15 @@ pub trait Trainable<T: Float>: Parameters<T> {
     /// model may skip the gradients of frozen groups.
     fn set_trainable(&mut self, _groups: &[String]) {}
 
+    /// A training-time intervention: `true` holds `group` fixed for update
+    /// `step + 1` on top of the stage's groups (its values and optimiser state do
+    /// not move, and the model is told through [`Trainable::set_trainable`], so
+    /// it may skip the group's gradient). Asked once per group per update; the
+    /// default freezes nothing and costs a call.
+    fn frozen(&self, _step: u64, _group: &str) -> bool {
+        false
+    }
+
     /// Asked after the probe at every state: `true` ends training there (early
     /// stopping decided by the probe, e.g. on a dev loss), with a checkpoint when
     /// checkpoints are on. The model's [`Trainable::save_state`] must carry
@@ -171,6 +180,11 @@ pub fn fit<T: Float, M: Trainable<T>>(
     }
 
     let mut opt: Option<(usize, Optimizer<T>)> = None;
+    // Groups frozen by a training-time intervention at the current update, and the
+    // groups the update then trains (rebuilt only when either changes).
+    let mut frozen = vec![false; groups.len()];
+    let mut active: Vec<String> = Vec::new();
+    let mut none_active = false;
     let mut last_loss = resumed_loss.unwrap_or(f64::NAN);
     loop {
         // --- state s: probes, checkpoints, stop requests ---
@@ -222,9 +236,9 @@ pub fn fit<T: Float, M: Trainable<T>>(
         // --- update s + 1 ---
         let si = ends.iter().position(|&e| s < e).expect("s < total");
         let stage: &Stage = &stages[si];
-        if opt.as_ref().map(|(i, _)| *i) != Some(si) {
+        let opt_changed = opt.as_ref().map(|(i, _)| *i) != Some(si);
+        if opt_changed {
             tracing::info!(stage = %stage.name, step = s, optimizer = ?stage.optimizer, lr = stage.lr, "stage started");
-            model.set_trainable(&stage.groups);
             let mut o = Optimizer::new(stage.optimizer, hyper, model);
             if let Some((pst, t, m, v)) = pending.take() {
                 if pst == Some(si) {
@@ -232,6 +246,33 @@ pub fn fit<T: Float, M: Trainable<T>>(
                 }
             }
             opt = Some((si, o));
+        }
+        let mut changed = false;
+        for (gi, g) in groups.iter().enumerate() {
+            let f = model.frozen(s, g);
+            changed |= f != frozen[gi];
+            frozen[gi] = f;
+        }
+        if changed || opt_changed {
+            if frozen.iter().any(|&f| f) {
+                active = groups
+                    .iter()
+                    .zip(&frozen)
+                    .filter(|(g, &f)| !f && trains(&stage.groups, g))
+                    .map(|(g, _)| g.clone())
+                    .collect();
+                none_active = active.is_empty();
+            } else {
+                active = stage.groups.clone();
+                none_active = false;
+            }
+            if none_active {
+                // Every group frozen: gradients are not needed, but "no group"
+                // would read as "every group" — tell the model the first group.
+                model.set_trainable(&groups[..1]);
+            } else {
+                model.set_trainable(&active);
+            }
         }
         let stage_start = if si == 0 { 0 } else { ends[si - 1] };
         let stage_step = s - stage_start;
@@ -249,7 +290,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
         };
         norms.iter_mut().for_each(|n| *n = 0.0);
         model.visit(&mut |p| {
-            if trains(&stage.groups, p.group()) {
+            if !none_active && trains(&active, p.group()) {
                 let gi = groups
                     .iter()
                     .position(|g| g == p.group())
@@ -277,10 +318,12 @@ pub fn fit<T: Float, M: Trainable<T>>(
         }
         let lr = lr_at(cfg, stage.lr, stage_step, stage.steps);
         let (_, o) = opt.as_mut().expect("optimizer set above");
-        o.step(model, lr, &stage.groups);
+        if !none_active {
+            o.step(model, lr, &active);
+        }
         let mut bad_param: Option<(String, f64)> = None;
         model.visit(&mut |p| {
-            if bad_param.is_none() && trains(&stage.groups, p.group()) {
+            if bad_param.is_none() && !none_active && trains(&active, p.group()) {
                 if let Some(x) = p.value().iter().find(|x| !x.is_finite()) {
                     bad_param = Some((p.group().to_string(), x.as_f64()));
                 }
@@ -300,7 +343,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
             record.push(("lr", lr));
             record.push(("stage", si as f64));
             for (k, n) in norm_keys.iter().zip(&norms) {
-                if trains(&stage.groups, &k["grad_norm.".len()..]) {
+                if !none_active && trains(&active, &k["grad_norm.".len()..]) {
                     record.push((k.as_str(), n.sqrt()));
                 }
             }

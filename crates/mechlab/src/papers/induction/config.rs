@@ -3,6 +3,7 @@
 
 use super::data::Variant;
 use super::full::Full;
+use super::interventions::{Freezes, Intervention};
 use super::layer2::LossKind;
 use super::simplified::Simplified;
 use crate::experiment::Dtype;
@@ -127,6 +128,8 @@ pub struct InductionConfig {
     pub data: DataConfig,
     pub model: ModelConfig,
     pub probe: ProbeConfig,
+    /// Training-time interventions (`[[interventions]]`); empty: none.
+    pub interventions: Vec<Intervention>,
 }
 
 impl Default for InductionConfig {
@@ -150,6 +153,7 @@ impl Default for InductionConfig {
             data: DataConfig::default(),
             model: ModelConfig::default(),
             probe: ProbeConfig::default(),
+            interventions: Vec::new(),
         }
     }
 }
@@ -198,6 +202,7 @@ pub fn check(cfg: &InductionConfig) -> Result<(), String> {
             cfg.data.n_train, cfg.data.n_val
         ));
     }
+    Freezes::new(&cfg.interventions, m.kind)?;
     if !(cfg.data.alpha.is_finite() && cfg.data.alpha > 0.0) {
         return Err(format!(
             "data.alpha = {}: must be a positive number",

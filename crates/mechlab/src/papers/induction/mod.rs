@@ -16,10 +16,12 @@
 //! assert_eq!(cfg.data.parents, vec![1, 2]);
 //! ```
 
+pub mod causal;
 pub mod config;
 pub mod data;
 pub mod full;
 pub mod hooks;
+pub mod interventions;
 mod layer2;
 pub mod probes;
 pub mod simplified;
@@ -43,6 +45,8 @@ pub struct Task<M> {
     pub model: M,
     pub tokens: Vec<u8>,
     pub seq_len: usize,
+    /// Training-time freezes from `[[interventions]]`.
+    pub freezes: interventions::Freezes,
 }
 
 impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
@@ -60,6 +64,9 @@ impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
     }
     fn set_trainable(&mut self, groups: &[String]) {
         self.model.set_groups(groups);
+    }
+    fn frozen(&self, step: u64, group: &str) -> bool {
+        !self.freezes.is_empty() && self.freezes.frozen(step, group)
     }
 }
 
@@ -147,7 +154,7 @@ pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=1500", "probe.gen_n=500"
 /// The variants' shortened schedule under `mechlab reproduce induction`.
 pub const REPRODUCE_SHORT: &[&str] = &["train.steps=600", "probe.gen_n=300"];
 
-fn spec_of(cfg: &InductionConfig, n: usize) -> MarkovSpec {
+pub(crate) fn spec_of(cfg: &InductionConfig, n: usize) -> MarkovSpec {
     MarkovSpec {
         vocab: cfg.data.vocab,
         seq_len: cfg.data.seq_len,
@@ -158,7 +165,7 @@ fn spec_of(cfg: &InductionConfig, n: usize) -> MarkovSpec {
     }
 }
 
-fn run_typed<T: Float, M: InductionModel<T>>(
+fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel>(
     cfg: &InductionConfig,
     ctx: &mut RunCtx,
     model: M,
@@ -175,6 +182,7 @@ fn run_typed<T: Float, M: InductionModel<T>>(
         model,
         tokens: train.tokens.clone(),
         seq_len: cfg.data.seq_len,
+        freezes: interventions::Freezes::new(&cfg.interventions, cfg.model.kind).map_err(bad)?,
     };
     let init_pattern = task.model.interior_pattern();
     let names: Vec<String> = task
@@ -428,6 +436,11 @@ fn run_typed<T: Float, M: InductionModel<T>>(
         format!("{a_final:.3}"),
         a_final > 10.0 * cfg.model.a_init.abs().max(0.01),
     );
+    let dist = probe::head_distances::<T, M>(model);
+    causal::verdicts(
+        model, &val, &truth, &sel.heads, &dist, uniform.1, floor, &mut s,
+    )
+    .map_err(|e| bad(e.to_string()))?;
 
     let mi_table: String = mi_all
         .iter()

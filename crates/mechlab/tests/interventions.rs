@@ -1,0 +1,181 @@
+//! Training-time interventions (`[[interventions]]`) and `mechlab intervene`,
+//! driven through the binary on a small induction run.
+
+use mechlab::inspect::load_model;
+use mechlab_engine::hooks::Batch;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn mechlab(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mechlab"))
+        .args(args)
+        .arg("--quiet")
+        .current_dir(dir)
+        .output()
+        .expect("mechlab runs")
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = mechlab(dir, args);
+    assert!(
+        out.status.success(),
+        "mechlab {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const BASE: &str = "experiment = \"induction\"\n\
+[data]\nn_train = 64\nn_val = 40\nseq_len = 20\n\
+[train]\nsteps = 8\noptimizer = \"adamw\"\nlr = 0.05\nweight_decay = 0.1\n\
+[probe]\ngen_lengths = [10]\ngen_alphas = [0.1]\ngen_n = 16\n";
+
+fn config(dir: &Path, name: &str, interventions: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{BASE}{interventions}")).unwrap();
+    path.display().to_string()
+}
+
+/// Layer 1's pattern (a function of W only) and layer 2's scores (W, C and a).
+fn layers(run: &Path, step: u64) -> (Vec<f64>, Vec<f64>) {
+    let mut m = load_model(run, Some(step)).unwrap();
+    let batch = Batch::new((0..20).map(|i| (i * 7 % 3) as u32).collect(), 1, 20);
+    let names = [
+        "blocks.0.attn.hook_pattern",
+        "blocks.1.attn.hook_attn_scores",
+    ];
+    let (_, c) = m.run_with_cache(&batch, &names).unwrap();
+    (c[names[0]].data.clone(), c[names[1]].data.clone())
+}
+
+#[test]
+fn a_frozen_group_does_not_move_and_the_others_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let freeze =
+        "[[interventions]]\nkind = \"freeze\"\nparams = \"layer1\"\nfrom_step = 0\nto_step = 4\n";
+    let cfg = config(d, "frozen.toml", freeze);
+    ok(d, &["run", &cfg, "--out", "frozen"]);
+    let run = d.join("frozen");
+    let (p0, s0) = layers(&run, 0);
+    let (p4, s4) = layers(&run, 4);
+    let (p8, _) = layers(&run, 8);
+    assert_eq!(
+        p0, p4,
+        "W frozen for updates 1..=4 (AdamW with weight decay)"
+    );
+    assert_ne!(s0, s4, "C and a train meanwhile");
+    assert_ne!(p4, p8, "W moves once the freeze ends");
+    // the same run without the intervention moves W at once
+    let cfg = config(d, "free.toml", "");
+    ok(d, &["run", &cfg, "--out", "free"]);
+    let (q0, _) = layers(&d.join("free"), 0);
+    let (q4, _) = layers(&d.join("free"), 4);
+    assert_eq!(q0, p0);
+    assert_ne!(q0, q4);
+}
+
+#[test]
+fn bad_interventions_are_refused_before_the_folder_exists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    for (body, expect) in [
+        (
+            "params = \"QK\"\n",
+            "interventions[0].params = \"QK\": allowed",
+        ),
+        (
+            "params = \"W\"\nfrom_step = 5\nto_step = 5\n",
+            "interventions[0].to_step = 5",
+        ),
+        ("params = \"W\"\nhead = 1\n", "head"),
+    ] {
+        let cfg = config(
+            d,
+            "bad.toml",
+            &format!("[[interventions]]\nkind = \"freeze\"\n{body}"),
+        );
+        let out = mechlab(d, &["run", &cfg, "--out", "bad"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(expect), "{expect:?} not in {err}");
+        assert!(!d.join("bad").exists(), "no folder for a refused config");
+    }
+    let cfg = config(
+        d,
+        "kind.toml",
+        "[[interventions]]\nkind = \"melt\"\nparams = \"W\"\n",
+    );
+    let err =
+        String::from_utf8_lossy(&mechlab(d, &["run", &cfg, "--out", "bad"]).stderr).to_string();
+    assert!(err.contains("melt") && err.contains("freeze"), "{err}");
+}
+
+#[test]
+fn intervene_writes_json_figures_and_a_report_section() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let cfg = config(d, "run.toml", "");
+    ok(
+        d,
+        &[
+            "run",
+            &cfg,
+            "--out",
+            "r",
+            "--set",
+            "train.steps=30",
+            "--set",
+            "train.lr=0.2",
+        ],
+    );
+    let run = d.join("r");
+    ok(
+        d,
+        &[
+            "intervene",
+            "r",
+            "--ablate",
+            "zero",
+            "--ablate",
+            "mean",
+            "--patch",
+        ],
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("intervene.json")).unwrap())
+            .unwrap();
+    let clean = v["val_nll"].as_f64().unwrap();
+    let zero = v["ablation"]["zero"].as_array().unwrap();
+    assert_eq!(zero.len(), 3);
+    assert!(
+        v["ablation"].get("resample").is_none(),
+        "only the kinds asked for"
+    );
+    assert!(
+        zero.iter().any(|x| x.as_f64().unwrap() != clean),
+        "an ablation changes the loss"
+    );
+    let eff = v["patching"]["effect"].as_array().unwrap();
+    assert_eq!((eff.len(), eff[0].as_array().unwrap().len()), (3, 21));
+    for f in ["intervene_ablation", "intervene_patching"] {
+        assert!(
+            run.join("figures").join(format!("{f}.json")).is_file(),
+            "{f}"
+        );
+    }
+    let notes = std::fs::read_to_string(run.join("notes.md")).unwrap();
+    assert_eq!(notes.matches("## Interventions").count(), 1);
+    assert!(std::fs::read_to_string(run.join("report.md"))
+        .unwrap()
+        .contains("Interventions"));
+    // a second call replaces the section instead of adding one
+    ok(d, &["intervene", "r", "--step", "0"]);
+    let notes = std::fs::read_to_string(run.join("notes.md")).unwrap();
+    assert_eq!(notes.matches("## Interventions").count(), 1);
+    // bad requests are one-line errors
+    let out = mechlab(d, &["intervene", "r", "--ablate", "melt"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("allowed: zero, mean, resample"));
+}
