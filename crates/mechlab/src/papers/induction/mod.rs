@@ -18,6 +18,8 @@
 
 pub mod config;
 pub mod data;
+pub mod direct;
+mod direct_l1;
 pub mod full;
 pub mod hooks;
 mod layer2;

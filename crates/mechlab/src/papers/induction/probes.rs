@@ -75,7 +75,7 @@ impl<T: Float> InductionModel<T> for Simplified<T> {
     }
 }
 
-fn shares(subsets: &[u32], c: &[f64]) -> Vec<f64> {
+pub(crate) fn shares(subsets: &[u32], c: &[f64]) -> Vec<f64> {
     let z: f64 = subsets
         .iter()
         .zip(c)
@@ -103,6 +103,36 @@ pub(crate) fn rpe_pattern(w: &[f64], h: usize) -> Vec<f64> {
         softmax::row_in_place(row, |_| true);
     }
     out
+}
+
+impl<T: Float> InductionModel<T> for crate::papers::induction::direct::Direct<T> {
+    fn n_heads(&self) -> usize {
+        self.cfg.n_heads
+    }
+    fn subsets(&self) -> &[u32] {
+        &self.subsets
+    }
+    fn c_shares(&self) -> Vec<f64> {
+        Self::c_shares(self)
+    }
+    fn interior_pattern(&self) -> Vec<f64> {
+        Self::interior_pattern(self)
+    }
+    fn a(&self) -> f64 {
+        self.a.value()[0].as_f64()
+    }
+    fn loss(&mut self, tokens: &[u8], l: usize, grad: bool) -> T {
+        Self::loss(self, tokens, l, grad)
+    }
+    fn predict(&mut self, tokens: &[u8], l: usize, out: &mut [T]) -> T {
+        Self::predict(self, tokens, l, out)
+    }
+    fn set_groups(&mut self, groups: &[String]) {
+        Self::set_groups(self, groups)
+    }
+    fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>) {
+        Self::patterns(self, seq, l)
+    }
 }
 
 impl<T: Float> InductionModel<T> for Full<T> {
