@@ -96,6 +96,10 @@ fn agree_simplified(loss: LossKind, s: usize, h: usize, d: usize) {
     t.predict(&tokens, l, &mut pt);
     g.predict(&tokens, l, &mut pg);
     close(&pt, &pg, 1e-12, &format!("{what} ŷ"));
+    let seq = &tokens[..l + 1];
+    let ((t1, t2), (g1, g2)) = (t.patterns(seq, l), g.patterns(seq, l));
+    close(&t1, &g1, 1e-12, &format!("{what} layer-1 pattern"));
+    close(&t2, &g2, 1e-12, &format!("{what} layer-2 pattern"));
 }
 
 #[test]
@@ -201,4 +205,43 @@ fn direct_is_bit_identical_across_thread_counts() {
     for kind in [ModelKind::Simplified, ModelKind::Full] {
         assert_eq!(run(1, kind), run(2, kind), "{kind:?}");
     }
+}
+
+#[test]
+fn validation_names_the_new_limits_and_the_path() {
+    use mechlab::papers::induction::config::{check, uses_table};
+    use mechlab::papers::induction::{InductionConfig, ModelPath};
+    let base = InductionConfig::default();
+    assert!(
+        check(&base).is_ok() && uses_table(&base),
+        "S = 3 stays on the table path"
+    );
+    let mut c = base.clone();
+    c.data.vocab = 10;
+    assert!(
+        check(&c).is_ok() && !uses_table(&c),
+        "auto picks the direct path at S = 10"
+    );
+    c.model.path = ModelPath::Table;
+    let e = check(&c).unwrap_err();
+    assert!(e.contains("model.path") && e.contains("direct"), "{e}");
+    c.model.path = ModelPath::Direct;
+    c.data.vocab = 256;
+    c.model.n_heads = 8;
+    c.data.parents = vec![1, 15];
+    c.probe.gen_lengths = vec![100];
+    assert!(check(&c).is_ok(), "{:?}", check(&c));
+    let refuse = |f: &dyn Fn(&mut InductionConfig), key: &str| {
+        let mut d = c.clone();
+        f(&mut d);
+        let e = check(&d).unwrap_err();
+        assert!(e.contains(key), "{key}: {e}");
+    };
+    refuse(&|d| d.data.vocab = 257, "data.vocab");
+    refuse(&|d| d.model.n_heads = 9, "model.n_heads");
+    refuse(&|d| d.data.seq_len = 1025, "data.seq_len");
+    refuse(&|d| d.data.parents = vec![16], "data.parents");
+    refuse(&|d| d.model.degree = 9, "model.degree");
+    refuse(&|d| d.probe.gen_lengths = vec![10], "probe.gen_lengths");
+    refuse(&|d| d.data.parents = (1..=8).collect(), "data.parents"); // 256^8 contexts
 }

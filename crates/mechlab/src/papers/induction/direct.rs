@@ -312,7 +312,11 @@ impl<T: Float> Direct<T> {
         self.run(&seq[..l + 1], l, false, None);
         let h = self.cfg.n_heads;
         let nd = 2 * h;
-        let wk = &self.work[0];
+        // the chunk that ran the one sequence (chunk_range puts it in the last one)
+        let first = (0..N_CHUNKS)
+            .position(|c| parallel::chunk_range(1, N_CHUNKS, c).contains(&0))
+            .unwrap_or(0);
+        let wk = &self.work[first];
         let mut p1 = vec![0.0; (l + 1) * h * nd];
         for i in 0..=l {
             for hd in 0..h {

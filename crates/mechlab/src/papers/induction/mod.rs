@@ -83,6 +83,7 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("induction-full"),
     crate::preset!("induction-bigram"),
     crate::preset!("induction-noncontiguous"),
+    crate::preset!("induction-vocab10"),
 ];
 
 impl Paper for Induction {
@@ -159,6 +160,7 @@ impl Paper for Induction {
             ReproduceItem::new("induction-simplified", REPRODUCE_OVERRIDES),
             ReproduceItem::new("induction-noncontiguous", REPRODUCE_SHORT),
             ReproduceItem::new("induction-bigram", REPRODUCE_SHORT),
+            ReproduceItem::new("induction-vocab10", REPRODUCE_GENERAL),
         ]
     }
 }
@@ -166,6 +168,9 @@ impl Paper for Induction {
 /// The shortened schedule `mechlab reproduce induction` runs for the paper's setting
 /// (1 500 of the paper's 50 000 epochs; see `docs/induction.md`).
 pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=1500", "probe.gen_n=500"];
+/// The S = 10 preset's schedule under `mechlab reproduce induction` (the direct
+/// path; see `docs/induction.md`).
+pub const REPRODUCE_GENERAL: &[&str] = &["train.steps=300", "probe.gen_n=200"];
 /// The variants' shortened schedule under `mechlab reproduce induction`.
 pub const REPRODUCE_SHORT: &[&str] = &["train.steps=600", "probe.gen_n=300"];
 
