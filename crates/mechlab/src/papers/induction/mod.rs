@@ -16,6 +16,7 @@
 //! assert_eq!(cfg.data.parents, vec![1, 2]);
 //! ```
 
+mod chi2;
 pub mod config;
 pub mod data;
 pub mod direct;
