@@ -6,7 +6,7 @@ w- = 0.1, c_init = a_init = 0.01, code loss, full batch of 9 000, SGD lr 1).
 Layer 1 is written with shifted slices (no [L+1, L+1] matrices), layer 2 only for
 the query row, so this is a fair, efficient PyTorch version.
 
-usage: torch_simplified.py TOKENS_FILE EPOCHS  (tokens: u8 [9000, 101])
+usage: torch_simplified.py TOKENS_FILE EPOCHS [S]  (tokens: u8 [9000, 101]; S default 3)
 """
 import itertools
 import sys
@@ -24,7 +24,10 @@ W_PLUS, W_MINUS, C_INIT, A_INIT, LR = 3.0, 0.1, 0.01, 0.01, 1.0
 
 
 def main():
+    global S
     path, epochs = sys.argv[1], int(sys.argv[2])
+    if len(sys.argv) > 3:
+        S = int(sys.argv[3])
     tok = torch.from_numpy(np.fromfile(path, dtype=np.uint8).reshape(-1, L + 1).astype(np.int64))
     x, y = tok[:, :L], tok[:, L]
     X = F.one_hot(x, S).double()  # [B, L, S]

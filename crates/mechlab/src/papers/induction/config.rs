@@ -51,12 +51,32 @@ pub enum ModelKind {
     Full,
 }
 
+/// How the model is computed (`model.path`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelPath {
+    /// The window-table kernel when its table fits, else the direct path.
+    #[default]
+    Auto,
+    /// The window-table kernel (refused when its table is too big).
+    Table,
+    /// The direct computation ([`super::direct`]), any supported size.
+    Direct,
+}
+
+/// Largest vocabulary, number of heads and context length of the direct path.
+pub const MAX_VOCAB: usize = 256;
+pub const MAX_HEADS: usize = 8;
+pub const MAX_SEQ_LEN: usize = 1024;
+
 /// `[model]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     /// `simplified` or `full`.
     pub kind: ModelKind,
+    /// `auto` (the table kernel where its table fits), `table` or `direct`.
+    pub path: ModelPath,
     /// `f64` or `f32`.
     pub dtype: Dtype,
     pub n_heads: usize,
@@ -77,6 +97,7 @@ impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             kind: ModelKind::Simplified,
+            path: ModelPath::Auto,
             dtype: Dtype::F64,
             n_heads: 3,
             degree: 2,
@@ -158,20 +179,46 @@ impl Default for InductionConfig {
     }
 }
 
+/// The table kernel's size check for this config's model.
+fn table_fits(cfg: &InductionConfig) -> Result<(), String> {
+    let (s, h) = (cfg.data.vocab, cfg.model.n_heads);
+    match cfg.model.kind {
+        ModelKind::Simplified => Simplified::<f64>::check_size(s, h),
+        ModelKind::Full => Full::<f64>::check_size(s, h),
+    }
+}
+
+/// Whether the run uses the window-table kernel (`model.path`, resolved).
+pub fn uses_table(cfg: &InductionConfig) -> bool {
+    match cfg.model.path {
+        ModelPath::Auto => table_fits(cfg).is_ok(),
+        ModelPath::Table => true,
+        ModelPath::Direct => false,
+    }
+}
+
 pub fn check(cfg: &InductionConfig) -> Result<(), String> {
     let m = &cfg.model;
-    if !(1..=16).contains(&m.n_heads) {
-        return Err(format!("model.n_heads = {}: must be in 1..=16", m.n_heads));
-    }
-    if !(2..=64).contains(&cfg.data.vocab) {
+    if !(1..=MAX_HEADS).contains(&m.n_heads) {
         return Err(format!(
-            "data.vocab = {}: must be in 2..=64",
-            cfg.data.vocab
+            "model.n_heads = {}: must be in 1..={MAX_HEADS}",
+            m.n_heads
         ));
     }
-    match m.kind {
-        ModelKind::Simplified => Simplified::<f64>::check_size(cfg.data.vocab, m.n_heads)?,
-        ModelKind::Full => Full::<f64>::check_size(cfg.data.vocab, m.n_heads)?,
+    let s = cfg.data.vocab;
+    if !(2..=MAX_VOCAB).contains(&s) {
+        return Err(format!("data.vocab = {s}: must be in 2..={MAX_VOCAB}"));
+    }
+    if m.path == ModelPath::Table {
+        table_fits(cfg).map_err(|e| {
+            format!("model.path = \"table\": {e}; use model.path = \"auto\" or \"direct\"")
+        })?;
+    }
+    if cfg.data.seq_len > MAX_SEQ_LEN {
+        return Err(format!(
+            "data.seq_len = {}: must be at most {MAX_SEQ_LEN}",
+            cfg.data.seq_len
+        ));
     }
     if cfg.data.seq_len + 1 < 2 * m.n_heads {
         return Err(format!(
@@ -180,13 +227,24 @@ pub fn check(cfg: &InductionConfig) -> Result<(), String> {
             2 * m.n_heads - 1
         ));
     }
+    let window = 2 * m.n_heads - 1;
+    if let Some(&l) = cfg
+        .probe
+        .gen_lengths
+        .iter()
+        .find(|&&l| l < window || l > MAX_SEQ_LEN)
+    {
+        return Err(format!(
+            "probe.gen_lengths = {:?}: length {l} is outside {window}..={MAX_SEQ_LEN} (2 n_heads - 1 up to the largest L)",
+            cfg.probe.gen_lengths
+        ));
+    }
     if m.degree == 0 || m.degree > m.n_heads {
         return Err(format!(
             "model.degree = {}: must be in 1..=n_heads ({})",
             m.degree, m.n_heads
         ));
     }
-    let window = 2 * m.n_heads - 1;
     if let Some(p) = cfg.data.parents.iter().find(|&&p| p == 0 || p > window) {
         return Err(format!(
             "data.parents = {:?}: parent distance {p} is outside the heads' windows 1..={window} (2 n_heads - 1)",
@@ -195,6 +253,24 @@ pub fn check(cfg: &InductionConfig) -> Result<(), String> {
     }
     if cfg.data.parents.is_empty() {
         return Err("data.parents = []: give at least one parent distance".into());
+    }
+    let n_ctx = (s as u64).checked_pow(cfg.data.parents.len() as u32);
+    if n_ctx.is_none_or(|n| n > super::data::MAX_CONTEXTS) {
+        return Err(format!(
+            "data.parents = {:?}: S^|parents| = {s}^{} contexts exceeds {} (fewer parents or a smaller vocabulary)",
+            cfg.data.parents,
+            cfg.data.parents.len(),
+            super::data::MAX_CONTEXTS
+        ));
+    }
+    if cfg.data.variant == Variant::DoublyStochastic
+        && n_ctx.unwrap_or(u64::MAX) * s as u64 > super::data::EAGER_TABLE as u64
+    {
+        return Err(format!(
+            "data.variant = \"doubly_stochastic\": needs S^(|parents|+1) ≤ {} (the whole table is drawn), got {s}^{}",
+            super::data::EAGER_TABLE,
+            cfg.data.parents.len() + 1
+        ));
     }
     if cfg.data.n_train == 0 || cfg.data.n_val == 0 {
         return Err(format!(

@@ -66,6 +66,15 @@ impl Default for MarkovSpec {
     }
 }
 
+/// Largest number of parent contexts `S^|P|` (context indices are `usize` sums).
+pub const MAX_CONTEXTS: u64 = 1 << 62;
+
+/// Largest per-sequence table `S^|P| · S` drawn whole before the tokens (the
+/// original order of draws, kept so that small settings keep their data). Larger
+/// tables are drawn lazily: a context's row is drawn the first time the sequence
+/// reaches that context, so a sequence costs at most `L + 1` rows whatever `S^|P|`.
+pub const EAGER_TABLE: usize = 256;
+
 /// Generated sequences with their tables.
 #[derive(Clone, Debug)]
 pub struct MarkovData {
@@ -75,7 +84,9 @@ pub struct MarkovData {
     pub alpha: f64,
     /// `[n, L + 1]`: inputs `0..L`, target at `L`.
     pub tokens: Vec<u8>,
-    /// `[n, S^|P|, S]`: each sequence's transition table.
+    /// Eager tables (`S^|P| · S ≤` [`EAGER_TABLE`]): `[n, S^|P|, S]`, each
+    /// sequence's transition table; lazy tables: `[n, S]`, the row at the
+    /// target's context only (what the oracle needs).
     pub pis: Vec<f64>,
 }
 
@@ -94,15 +105,37 @@ impl MarkovData {
     pub fn target(&self, b: usize) -> usize {
         self.seq(b)[self.seq_len] as usize
     }
-    /// The table of sequence `b`: `[S^|P|, S]`.
+    /// Whether the whole tables are stored (see [`MarkovData::pis`]).
+    pub fn eager(&self) -> bool {
+        eager(self.vocab, self.parents.len())
+    }
+    fn pi_width(&self) -> usize {
+        if self.eager() {
+            self.vocab.pow(self.parents.len() as u32) * self.vocab
+        } else {
+            self.vocab
+        }
+    }
+    /// The table of sequence `b`: `[S^|P|, S]` (eager tables), or `[S]`, the row
+    /// at the target's context (lazy tables).
     pub fn pi(&self, b: usize) -> &[f64] {
-        let w = self.vocab.pow(self.parents.len() as u32) * self.vocab;
+        let w = self.pi_width();
         &self.pis[b * w..(b + 1) * w]
+    }
+    /// `π(· | target's context)` of sequence `b`: `[S]`.
+    pub fn target_pi(&self, b: usize) -> &[f64] {
+        let s = self.vocab;
+        if self.eager() {
+            let c = context(self.seq(b), self.seq_len, &self.parents, s).expect("L > max parent");
+            &self.pi(b)[c * s..(c + 1) * s]
+        } else {
+            self.pi(b)
+        }
     }
     /// The sequences `range` as a new data set (train / validation splits).
     pub fn slice(&self, start: usize, end: usize) -> MarkovData {
         let w = self.seq_len + 1;
-        let pw = self.vocab.pow(self.parents.len() as u32) * self.vocab;
+        let pw = self.pi_width();
         MarkovData {
             vocab: self.vocab,
             seq_len: self.seq_len,
@@ -112,6 +145,13 @@ impl MarkovData {
             pis: self.pis[start * pw..end * pw].to_vec(),
         }
     }
+}
+
+/// Whether a table `S^n_parents · S` is drawn whole ([`EAGER_TABLE`]).
+fn eager(s: usize, n_parents: usize) -> bool {
+    (s as u64)
+        .checked_pow(n_parents as u32 + 1)
+        .is_some_and(|n| n <= EAGER_TABLE as u64)
 }
 
 /// Context index of position `i` of `seq` for parent distances `parents`
@@ -189,8 +229,17 @@ pub fn generate(spec: &MarkovSpec, seed: u64) -> Result<MarkovData, String> {
 /// [`generate`] from a given random stream.
 pub fn generate_with(spec: &MarkovSpec, rng: &mut impl Rng) -> Result<MarkovData, String> {
     let s = spec.vocab;
-    if !(2..=255).contains(&s) {
-        return Err(format!("data.vocab = {s}: must be in 2..=255"));
+    if !(2..=256).contains(&s) {
+        return Err(format!("data.vocab = {s}: must be in 2..=256"));
+    }
+    if (s as u64)
+        .checked_pow(spec.parents.len() as u32)
+        .is_none_or(|n| n > MAX_CONTEXTS)
+    {
+        return Err(format!(
+            "data.parents = {:?}: S^|parents| exceeds {MAX_CONTEXTS}",
+            spec.parents
+        ));
     }
     if spec.parents.is_empty() || spec.parents.contains(&0) {
         return Err(format!(
@@ -215,9 +264,25 @@ pub fn generate_with(spec: &MarkovSpec, rng: &mut impl Rng) -> Result<MarkovData
         return Err(format!("data.alpha = {}: must be > 0", spec.alpha));
     }
     let gamma = Gamma::new(spec.alpha, 1.0).map_err(|e| format!("data.alpha: {e}"))?;
-    let n_ctx = s.pow(spec.parents.len() as u32);
     let w = spec.seq_len + 1;
     let mut tokens = vec![0u8; spec.n_seqs * w];
+    if !eager(s, spec.parents.len()) {
+        if spec.variant == Variant::DoublyStochastic {
+            return Err(format!(
+                "data.variant = doubly_stochastic: needs S^(|parents|+1) ≤ {EAGER_TABLE}"
+            ));
+        }
+        let pis = generate_lazy(spec, rng, &gamma, &mut tokens);
+        return Ok(MarkovData {
+            vocab: s,
+            seq_len: spec.seq_len,
+            parents: spec.parents.clone(),
+            alpha: spec.alpha,
+            tokens,
+            pis,
+        });
+    }
+    let n_ctx = s.pow(spec.parents.len() as u32);
     let mut pis = vec![0.0; spec.n_seqs * n_ctx * s];
     for b in 0..spec.n_seqs {
         let pi = &mut pis[b * n_ctx * s..(b + 1) * n_ctx * s];
@@ -248,6 +313,46 @@ pub fn generate_with(spec: &MarkovSpec, rng: &mut impl Rng) -> Result<MarkovData
         tokens,
         pis,
     })
+}
+
+/// The lazy generator (tables above [`EAGER_TABLE`]): each sequence draws the row
+/// of a context the first time it reaches it; returns the target rows `[n, S]`.
+fn generate_lazy(
+    spec: &MarkovSpec,
+    rng: &mut impl Rng,
+    gamma: &Gamma<f64>,
+    tokens: &mut [u8],
+) -> Vec<f64> {
+    let s = spec.vocab;
+    let w = spec.seq_len + 1;
+    let mut pis = vec![0.0; spec.n_seqs * s];
+    let mut rows = vec![0.0; w * s]; // [≤ L+1, S]: this sequence's drawn rows
+    let mut slot: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for b in 0..spec.n_seqs {
+        slot.clear();
+        let seq = &mut tokens[b * w..(b + 1) * w];
+        for i in 0..w {
+            if spec.variant == Variant::RedrawLast && i == spec.seq_len - 1 {
+                seq[i] = rng.random_range(0..s) as u8;
+                continue;
+            }
+            seq[i] = match context(seq, i, &spec.parents, s) {
+                Some(c) => {
+                    let next = slot.len();
+                    let r = *slot.entry(c).or_insert(next);
+                    if r == next {
+                        dirichlet_row(rng, gamma, &mut rows[r * s..(r + 1) * s]);
+                    }
+                    if i == spec.seq_len {
+                        pis[b * s..(b + 1) * s].copy_from_slice(&rows[r * s..(r + 1) * s]);
+                    }
+                    draw(rng, &rows[r * s..(r + 1) * s])
+                }
+                None => rng.random_range(0..s) as u8,
+            };
+        }
+    }
+    pis
 }
 
 /// A predictor of the target's distribution from the first `L` tokens of a sequence.
@@ -302,10 +407,7 @@ pub fn predict(data: &MarkovData, b: usize, which: &Baseline, out: &mut [f64]) {
                 out.iter_mut().for_each(|o| *o /= n);
             }
         }
-        Baseline::Oracle => {
-            let c = context(seq, l, &data.parents, s).expect("L > max parent");
-            out.copy_from_slice(&data.pi(b)[c * s..(c + 1) * s]);
-        }
+        Baseline::Oracle => out.copy_from_slice(data.target_pi(b)),
     }
 }
 
@@ -338,57 +440,7 @@ pub fn baseline_losses(data: &MarkovData, which: &Baseline) -> (f64, f64) {
     (code / n, true_ / n)
 }
 
-/// The paper's modified χ² mutual information of the parent set `parents`,
-/// estimated from the data: for each sequence the empirical joint law `p̂(e, E)`
-/// of a token `e` and its parent tuple `E` over the positions where every parent
-/// exists, then `Σ_E p̂(E)^power (Σ_e p̂(e | E)² / p̂(e) − 1)`, averaged over
-/// sequences. `power = 1` is the ordinary χ² mutual information; the paper's
-/// modified version is `power = 2`, whose weight `p̂(E)²` penalises large
-/// parent sets (their contexts are rarer).
-pub fn modified_chi2_mi(data: &MarkovData, parents: &[usize], power: f64) -> f64 {
-    let s = data.vocab;
-    let n_ctx = s.pow(parents.len() as u32);
-    let mut joint = vec![0.0; n_ctx * s];
-    let mut marg = vec![0.0; s];
-    let mut ctxm = vec![0.0f64; n_ctx];
-    let mut total = 0.0;
-    for b in 0..data.len() {
-        let seq = data.seq(b);
-        joint.iter_mut().for_each(|x| *x = 0.0);
-        marg.iter_mut().for_each(|x| *x = 0.0);
-        ctxm.iter_mut().for_each(|x| *x = 0.0);
-        let mut n = 0.0;
-        for i in 0..data.seq_len {
-            if let Some(c) = context(seq, i, parents, s) {
-                let e = seq[i] as usize;
-                joint[c * s + e] += 1.0;
-                marg[e] += 1.0;
-                ctxm[c] += 1.0;
-                n += 1.0;
-            }
-        }
-        if n == 0.0 {
-            continue;
-        }
-        let mut v = 0.0;
-        for c in 0..n_ctx {
-            if ctxm[c] == 0.0 {
-                continue;
-            }
-            let pc = ctxm[c] / n;
-            let mut inner = 0.0;
-            for e in 0..s {
-                if marg[e] > 0.0 {
-                    let cond = joint[c * s + e] / ctxm[c];
-                    inner += cond * cond / (marg[e] / n);
-                }
-            }
-            v += pc.powf(power) * (inner - 1.0);
-        }
-        total += v;
-    }
-    total / data.len().max(1) as f64
-}
+pub use super::chi2::{modified_chi2_mi, DENSE_MI};
 
 #[cfg(test)]
 mod tests {
@@ -430,6 +482,28 @@ mod tests {
         let (_, oracle) = baseline_losses(&d, &Baseline::Oracle);
         assert!(bayes < u - 0.2, "bayes {bayes} uniform {u}");
         assert!(oracle < bayes, "oracle {oracle} bayes {bayes}");
+    }
+
+    #[test]
+    fn lazy_tables_reach_large_vocabularies() {
+        let spec = MarkovSpec {
+            n_seqs: 30,
+            vocab: 256,
+            seq_len: 200,
+            parents: vec![1, 2, 3],
+            ..MarkovSpec::default()
+        };
+        let d = generate(&spec, 9).unwrap();
+        assert!(!d.eager());
+        assert!(d.tokens.contains(&255));
+        for b in 0..d.len() {
+            let row = d.target_pi(b);
+            assert_eq!(row.len(), 256);
+            assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        }
+        // the oracle reads the target rows; it cannot be worse than uniform on average
+        let (_, o) = baseline_losses(&d, &Baseline::Oracle);
+        assert!(o.is_finite());
     }
 
     #[test]

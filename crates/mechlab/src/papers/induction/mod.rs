@@ -17,8 +17,11 @@
 //! ```
 
 pub mod causal;
+mod chi2;
 pub mod config;
 pub mod data;
+pub mod direct;
+mod direct_l1;
 pub mod full;
 pub mod hooks;
 pub mod interventions;
@@ -28,6 +31,7 @@ pub mod simplified;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
+use crate::papers::induction::direct::{Direct, DirectConfig};
 use crate::papers::induction::full::{Full, FullConfig};
 use crate::papers::induction::probes::{self as probe, InductionModel};
 use crate::papers::induction::simplified::{subset_name, LossKind, Simplified, SimplifiedConfig};
@@ -75,7 +79,7 @@ fn bad(msg: String) -> ExperimentError {
 }
 
 use config::check;
-pub use config::{DataConfig, InductionConfig, ModelConfig, ModelKind, ProbeConfig};
+pub use config::{DataConfig, InductionConfig, ModelConfig, ModelKind, ModelPath, ProbeConfig};
 
 /// The registered experiment.
 pub struct Induction;
@@ -87,6 +91,7 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("induction-full"),
     crate::preset!("induction-bigram"),
     crate::preset!("induction-noncontiguous"),
+    crate::preset!("induction-vocab10"),
 ];
 
 impl Paper for Induction {
@@ -128,6 +133,25 @@ impl Paper for Induction {
             loss: m.loss,
             nll_floor: m.nll_floor,
         };
+        if !config::uses_table(cfg) {
+            let dc = DirectConfig {
+                kind: m.kind,
+                d_vocab: cfg.data.vocab,
+                n_heads: m.n_heads,
+                degree: m.degree,
+                w_plus: m.w_plus,
+                w_minus: m.w_minus,
+                c_init: m.c_init,
+                a_init: m.a_init,
+                proj_init: m.proj_init,
+                loss: m.loss,
+                nll_floor: m.nll_floor,
+            };
+            return match m.dtype {
+                Dtype::F32 => run_typed(cfg, ctx, Direct::<f32>::new(&dc)),
+                Dtype::F64 => run_typed(cfg, ctx, Direct::<f64>::new(&dc)),
+            };
+        }
         match (m.kind, m.dtype) {
             (ModelKind::Full, Dtype::F32) => run_typed(cfg, ctx, Full::<f32>::new(&full)),
             (ModelKind::Full, Dtype::F64) => run_typed(cfg, ctx, Full::<f64>::new(&full)),
@@ -144,6 +168,7 @@ impl Paper for Induction {
             ReproduceItem::new("induction-simplified", REPRODUCE_OVERRIDES),
             ReproduceItem::new("induction-noncontiguous", REPRODUCE_SHORT),
             ReproduceItem::new("induction-bigram", REPRODUCE_SHORT),
+            ReproduceItem::new("induction-vocab10", REPRODUCE_GENERAL),
         ]
     }
 }
@@ -151,6 +176,9 @@ impl Paper for Induction {
 /// The shortened schedule `mechlab reproduce induction` runs for the paper's setting
 /// (1 500 of the paper's 50 000 epochs; see `docs/induction.md`).
 pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=1500", "probe.gen_n=500"];
+/// The S = 10 preset's schedule under `mechlab reproduce induction` (the direct
+/// path; see `docs/induction.md`).
+pub const REPRODUCE_GENERAL: &[&str] = &["train.steps=300", "probe.gen_n=200"];
 /// The variants' shortened schedule under `mechlab reproduce induction`.
 pub const REPRODUCE_SHORT: &[&str] = &["train.steps=600", "probe.gen_n=300"];
 
@@ -223,8 +251,8 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
     let model = &mut task.model;
     let sel = probe::selector::<T, M>(model);
     let window = nd;
-    let (mi_best, mi_all) =
-        probe::mi_argmax(&train, window.min(6), cfg.model.degree, cfg.probe.mi_power);
+    let (mi_window, mi_size) = probe::mi_search(window, cfg.model.degree);
+    let (mi_best, mi_all) = probe::mi_argmax(&train, mi_window, mi_size, cfg.probe.mi_power);
     let mut truth = cfg.data.parents.clone();
     truth.sort_unstable();
     let (val_code, val_nll) = probe::model_losses(model, &val, floor);

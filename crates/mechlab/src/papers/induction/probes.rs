@@ -75,7 +75,7 @@ impl<T: Float> InductionModel<T> for Simplified<T> {
     }
 }
 
-fn shares(subsets: &[u32], c: &[f64]) -> Vec<f64> {
+pub(crate) fn shares(subsets: &[u32], c: &[f64]) -> Vec<f64> {
     let z: f64 = subsets
         .iter()
         .zip(c)
@@ -103,6 +103,36 @@ pub(crate) fn rpe_pattern(w: &[f64], h: usize) -> Vec<f64> {
         softmax::row_in_place(row, |_| true);
     }
     out
+}
+
+impl<T: Float> InductionModel<T> for crate::papers::induction::direct::Direct<T> {
+    fn n_heads(&self) -> usize {
+        self.cfg.n_heads
+    }
+    fn subsets(&self) -> &[u32] {
+        &self.subsets
+    }
+    fn c_shares(&self) -> Vec<f64> {
+        Self::c_shares(self)
+    }
+    fn interior_pattern(&self) -> Vec<f64> {
+        Self::interior_pattern(self)
+    }
+    fn a(&self) -> f64 {
+        self.a.value()[0].as_f64()
+    }
+    fn loss(&mut self, tokens: &[u8], l: usize, grad: bool) -> T {
+        Self::loss(self, tokens, l, grad)
+    }
+    fn predict(&mut self, tokens: &[u8], l: usize, out: &mut [T]) -> T {
+        Self::predict(self, tokens, l, out)
+    }
+    fn set_groups(&mut self, groups: &[String]) {
+        Self::set_groups(self, groups)
+    }
+    fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>) {
+        Self::patterns(self, seq, l)
+    }
 }
 
 impl<T: Float> InductionModel<T> for Full<T> {
@@ -236,15 +266,35 @@ pub fn selector<T: Float, M: InductionModel<T>>(m: &M) -> Selector {
     }
 }
 
-/// The set maximising the modified χ² MI over [`parent_sets`], with every value.
+/// Most parent sets the χ² search scores ([`mi_search`]).
+pub const MAX_MI_SETS: usize = 512;
+
+/// The search space of the χ² argmax for heads' window `window` (`2H − 1`) and
+/// degree `D`: every distance in the window (the first 6 when the window is
+/// 5 or less, as before), sets of size up to `D`, the size lowered until at most
+/// [`MAX_MI_SETS`] sets remain (H = 3, D = 2: 15 sets; H = 5, D = 2: 45; H = 8,
+/// D = 8: sizes ≤ 2, 120 sets).
+pub fn mi_search(window: usize, degree: usize) -> (usize, usize) {
+    let w = if window <= 6 { window.min(6) } else { window };
+    let mut d = degree.max(1);
+    while d > 1 && parent_sets(w, d).len() > MAX_MI_SETS {
+        d -= 1;
+    }
+    (w, d)
+}
+
+/// The set maximising the modified χ² MI over [`parent_sets`], with every value
+/// (the sets are scored in parallel; each value is computed alone, so the result
+/// does not depend on the thread count).
 pub fn mi_argmax(
     data: &MarkovData,
     window: usize,
     max_size: usize,
     power: f64,
 ) -> (Vec<usize>, Vec<(Vec<usize>, f64)>) {
+    use rayon::prelude::*;
     let all: Vec<(Vec<usize>, f64)> = parent_sets(window, max_size)
-        .into_iter()
+        .into_par_iter()
         .map(|p| {
             let v = modified_chi2_mi(data, &p, power);
             (p, v)
