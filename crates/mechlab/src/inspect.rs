@@ -28,6 +28,7 @@
 
 use crate::config::{self, ConfigError};
 use crate::experiment::Dtype;
+use crate::papers::induction::direct::{Direct, DirectConfig};
 use crate::papers::induction::full::{Full, FullConfig};
 use crate::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use crate::papers::induction::{InductionConfig, ModelKind};
@@ -174,6 +175,27 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
             file,
             format!("model.degree = {}: must be in 1..=n_heads", m.degree),
         ));
+    }
+    if !crate::papers::induction::config::uses_table(cfg) {
+        // The run trained on the general path: the same parameters, no table.
+        let c = DirectConfig {
+            kind: m.kind,
+            d_vocab: s,
+            n_heads: h,
+            degree: m.degree,
+            w_plus: m.w_plus,
+            w_minus: m.w_minus,
+            c_init: m.c_init,
+            a_init: m.a_init,
+            proj_init: m.proj_init,
+            loss,
+            nll_floor: m.nll_floor,
+        };
+        return if f32 {
+            restore(Direct::<f32>::new(&c), &read::<f32>(ckpt)?)
+        } else {
+            restore(Direct::<f64>::new(&c), &read::<f64>(ckpt)?)
+        };
     }
     match m.kind {
         ModelKind::Simplified => {

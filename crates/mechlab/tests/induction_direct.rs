@@ -245,3 +245,40 @@ fn validation_names_the_new_limits_and_the_path() {
     refuse(&|d| d.probe.gen_lengths = vec![10], "probe.gen_lengths");
     refuse(&|d| d.data.parents = (1..=8).collect(), "data.parents"); // 256^8 contexts
 }
+
+/// The general path's hook points: its analysis forward is the one the table
+/// models use, so at S = 10 (no table) it must agree with the direct kernel's own
+/// prediction, and a zero-ablated head must change it.
+#[test]
+fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
+    use mechlab_engine::hooks::{Ablation, Batch, Hook, HookedModel};
+    for kind in [ModelKind::Simplified, ModelKind::Full] {
+        let (s, l) = (10, 20);
+        let tokens = data(s, l, 8, vec![1, 2], 29);
+        let mut g = Direct::<f64>::new(&DirectConfig {
+            kind,
+            d_vocab: s,
+            ..DirectConfig::default()
+        });
+        let x0 = perturb(&flat(&g), 0.3);
+        set(&mut g, &x0);
+        let n = tokens.len() / (l + 1);
+        let mut p = vec![0.0; n * s];
+        g.predict(&tokens, l, &mut p);
+        let ctx: Vec<u32> = (0..n)
+            .flat_map(|b| tokens[b * (l + 1)..b * (l + 1) + l].iter().map(|&t| t as u32))
+            .collect();
+        let batch = Batch::new(ctx, n, l);
+        let (y, _) = g.run_with_cache(&batch, &[]).unwrap();
+        close(&p, &y.data, 1e-12, &format!("{kind:?} hooked ŷ"));
+        let hook = Hook {
+            name: "blocks.0.attn.hook_z".into(),
+            ablation: Ablation::Zero,
+            heads: Some(vec![0]),
+            positions: None,
+        };
+        let ablated = g.run_with_hooks(&batch, &[hook]).unwrap();
+        let moved = ablated.data.iter().zip(&y.data).any(|(a, b)| (a - b).abs() > 1e-6);
+        assert!(moved, "{kind:?}: ablating head 0 changed nothing");
+    }
+}

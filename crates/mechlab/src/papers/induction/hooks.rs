@@ -1,4 +1,5 @@
-//! Named hook points of both induction models ([`Simplified`], [`Full`]): a direct,
+//! Named hook points of both induction models ([`Simplified`], [`Full`], and the
+//! general path [`Direct`] that computes either without a table): a direct,
 //! unfused forward written for analysis, position by position, so that every
 //! activation exists as a tensor that can be read and changed.
 //!
@@ -40,6 +41,7 @@
 //! assert_eq!(cache["blocks.1.attn.hook_pattern"].shape, vec![1, 1, 1, 10]);
 //! ```
 
+use super::direct::Direct;
 use super::full::{Full, LN_EPS, SELF_LOGIT};
 use super::simplified::{Simplified, NORM_EPS};
 use crate::intervene::{Axes, Site};
@@ -97,6 +99,25 @@ impl View {
                 wov: wide(&m.wov),
                 ln_w: wide(&m.ln_w),
                 ln_b: wide(&m.ln_b),
+            }),
+            c: wide(&m.c),
+            a: m.a.value()[0].as_f64(),
+            subsets: m.subsets.clone(),
+        }
+    }
+
+    /// The general path holds the same parameters under the same names.
+    fn direct<T: Float>(m: &Direct<T>) -> Self {
+        View {
+            s: m.cfg.d_vocab,
+            h: m.cfg.n_heads,
+            w: wide(&m.w),
+            full: m.full.as_ref().map(|f| FullLayer1 {
+                wq: wide(&f.wq),
+                wk: wide(&f.wk),
+                wov: wide(&f.wov),
+                ln_w: wide(&f.ln_w),
+                ln_b: wide(&f.ln_b),
             }),
             c: wide(&m.c),
             a: m.a.value()[0].as_f64(),
@@ -408,5 +429,24 @@ impl<T: Float> HookedModel for Full<T> {
     }
     fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
         hooked(&View::full(self), batch, hooks)
+    }
+}
+
+impl<T: Float> HookedModel for Direct<T> {
+    fn hook_points(&self) -> Vec<HookPoint> {
+        View::direct(self).points()
+    }
+    fn output_layout(&self) -> String {
+        OUTPUT.into()
+    }
+    fn run_with_cache(
+        &mut self,
+        batch: &Batch,
+        names: &[&str],
+    ) -> Result<(Tensor, ActivationCache), HookError> {
+        cached(&View::direct(self), batch, names)
+    }
+    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
+        hooked(&View::direct(self), batch, hooks)
     }
 }
