@@ -5,6 +5,7 @@
 //! (its generator or corpus adapter), its model files, and `probes.rs` (the
 //! measurements of its mechanism). [`builtin`] lists them for the registry.
 
+pub mod attention_svm;
 pub mod induction;
 pub mod markov_icl;
 pub mod selection;
@@ -21,5 +22,6 @@ pub fn builtin() -> Vec<&'static dyn Experiment> {
         &selection::Selection,
         &topic::TopicExperiment,
         &topic_bert::TopicBert,
+        &attention_svm::AttentionSvm,
     ]
 }

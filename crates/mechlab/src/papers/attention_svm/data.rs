@@ -1,0 +1,129 @@
+//! The synthetic setting of the papers' code (`TF-as-SVM/local_converge.ipynb`):
+//! `n` sequences of `T` tokens drawn uniformly on the unit sphere of `R^d`, labels
+//! `y_i = ±1` at random, a unit read-out `v`, and a cross-attention query `z_i`,
+//! also uniform on the sphere. Each sequence's *optimal* token is the one of highest score
+//! `γ_(i,t) = y_i vᵀ x_(i,t)`; the attention-SVM separates those.
+
+use crate::rng::{stream, Stream};
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+/// The `[data]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// Sequences.
+    pub n: usize,
+    /// Tokens per sequence.
+    pub t: usize,
+    /// Token dimension.
+    pub d: usize,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig { n: 6, t: 8, d: 10 }
+    }
+}
+
+impl DataConfig {
+    /// Value checks; the message names the key.
+    pub fn check(&self) -> Result<(), String> {
+        if self.n == 0 || self.n > 10_000 {
+            return Err(format!("data.n = {}: must be in 1..=10000", self.n));
+        }
+        if self.t < 2 || self.t > 1000 {
+            return Err(format!("data.t = {}: must be in 2..=1000", self.t));
+        }
+        if self.d == 0 || self.d > 64 {
+            return Err(format!("data.d = {}: must be in 1..=64", self.d));
+        }
+        Ok(())
+    }
+}
+
+/// The data: tokens `x` `[n, t, d]`, queries `z` `[n, d]` and labels `y` `[n]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SvmData {
+    pub n: usize,
+    pub t: usize,
+    pub d: usize,
+    pub x: Vec<f64>,
+    pub z: Vec<f64>,
+    pub y: Vec<f64>,
+}
+
+impl SvmData {
+    /// Token `t` of sequence `i`: `[d]`.
+    pub fn token(&self, i: usize, t: usize) -> &[f64] {
+        let o = (i * self.t + t) * self.d;
+        &self.x[o..o + self.d]
+    }
+    /// The query `z_i`: `[d]`.
+    pub fn query(&self, i: usize) -> &[f64] {
+        &self.z[i * self.d..(i + 1) * self.d]
+    }
+    /// The scores `γ_(i,t) = y_i vᵀ x_(i,t)`: `[n, t]`.
+    pub fn scores(&self, v: &[f64]) -> Vec<f64> {
+        (0..self.n * self.t)
+            .map(|k| {
+                let (i, t) = (k / self.t, k % self.t);
+                self.y[i] * dot(v, self.token(i, t))
+            })
+            .collect()
+    }
+    /// The optimal token of each sequence (highest score).
+    pub fn optimal(&self, v: &[f64]) -> Vec<usize> {
+        argmax_rows(&self.scores(v), self.t)
+    }
+}
+
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The index of the largest entry of each row of `m` (`[rows, cols]`).
+pub fn argmax_rows(m: &[f64], cols: usize) -> Vec<usize> {
+    m.chunks(cols)
+        .map(|r| {
+            (0..cols)
+                .max_by(|&a, &b| r[a].total_cmp(&r[b]).then(b.cmp(&a)))
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Scales each `d`-row of `m` to unit norm.
+fn unit_rows(m: &mut [f64], d: usize) {
+    for r in m.chunks_mut(d) {
+        let n = dot(r, r).sqrt().max(1e-300);
+        r.iter_mut().for_each(|a| *a /= n);
+    }
+}
+
+/// Tokens, queries, `v` and labels from the seed's `Data` stream.
+pub fn generate(c: &DataConfig, seed: u64) -> (SvmData, Vec<f64>) {
+    let mut rng = stream(seed, Stream::Data);
+    let mut g = || <StandardNormal as Distribution<f64>>::sample(&StandardNormal, &mut rng);
+    let mut x: Vec<f64> = (0..c.n * c.t * c.d).map(|_| g()).collect();
+    let mut z: Vec<f64> = (0..c.n * c.d).map(|_| g()).collect();
+    let mut v: Vec<f64> = (0..c.d).map(|_| g()).collect();
+    unit_rows(&mut x, c.d);
+    unit_rows(&mut z, c.d);
+    unit_rows(&mut v, c.d);
+    let y = (0..c.n)
+        .map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 })
+        .collect();
+    (
+        SvmData {
+            n: c.n,
+            t: c.t,
+            d: c.d,
+            x,
+            z,
+            y,
+        },
+        v,
+    )
+}

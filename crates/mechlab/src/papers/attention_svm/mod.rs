@@ -1,0 +1,363 @@
+//! Attention as a max-margin token selector (Tarzanagh, Li, Zhang, Oymak 2023;
+//! Tarzanagh, Li, Thrampoulidis, Oymak 2023): gradient descent on the key-query
+//! matrix of one softmax-attention layer makes `W(t)` grow without bound while its
+//! direction turns to the attention-SVM solution `W^mm` of the tokens it selects;
+//! trained as `W = K Qᵀ`, the direction is no longer `W^mm` (it is the nuclear-norm
+//! SVM's in the papers) and `W` becomes low rank.
+//!
+//! The run: draw the synthetic setting of the papers' code (`data.rs`), train
+//! `W` or `(K, Q)` by normalised GD (`model.rs`), probing the correlation of `W(t)`
+//! with the Frobenius attention-SVM (`svm.rs`, solved by `clarabel`) for the tokens
+//! the attention selects, for the tokens of highest score (globally optimal) and
+//! for a wrong selection (the control), then write figures and verdicts.
+
+pub mod data;
+pub mod model;
+pub mod svm;
+
+use crate::config::presets::Preset;
+use crate::experiment::{ExperimentError, Paper, ReproduceItem};
+use crate::run::summary::Summary;
+use crate::run::{metrics, RunConfig, RunCtx, RunError};
+use crate::train::{fit, OptimizerKind, TrainConfig};
+use data::{argmax_rows, generate, DataConfig, SvmData};
+use mechlab_report::{Figure, Series};
+use model::{ModelConfig, Param2, SvmModel};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The `[probe]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    /// Correlation the direction must reach.
+    pub corr_threshold: f64,
+    /// Relative size below which a singular value counts as zero in the rank.
+    pub rank_tol: f64,
+    /// Measure against the wrong selection instead of the selected tokens (a
+    /// control that must fail).
+    pub swap_selected: bool,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            corr_threshold: 0.99,
+            rank_tol: 1e-3,
+            swap_selected: false,
+        }
+    }
+}
+
+/// The experiment's whole config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttentionSvmConfig {
+    pub experiment: String,
+    pub description: String,
+    pub seed: u64,
+    pub run: RunConfig,
+    pub train: TrainConfig,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub probe: ProbeConfig,
+}
+
+impl Default for AttentionSvmConfig {
+    fn default() -> Self {
+        AttentionSvmConfig {
+            experiment: "attention-svm".into(),
+            description: String::new(),
+            seed: 0,
+            run: RunConfig {
+                probe_every: 20,
+                ..RunConfig::default()
+            },
+            train: TrainConfig {
+                optimizer: OptimizerKind::NormalizedGd,
+                lr: 0.1,
+                steps: 2000,
+                ..TrainConfig::default()
+            },
+            data: DataConfig::default(),
+            model: ModelConfig::default(),
+            probe: ProbeConfig::default(),
+        }
+    }
+}
+
+pub struct AttentionSvm;
+
+/// The paper's presets.
+pub const PRESETS: &[Preset] = &[
+    crate::preset!("attention-svm-w"),
+    crate::preset!("attention-svm-kq"),
+];
+
+/// The wrong selection of the control: each sequence's next token after `sel`.
+fn shifted(sel: &[usize], t: usize) -> Vec<usize> {
+    sel.iter().map(|&s| (s + 1) % t).collect()
+}
+
+/// Correlation of `w` with the SVM of `sel`, solving only when `sel` changed.
+struct Target {
+    sel: Vec<usize>,
+    w_mm: Option<Vec<f64>>,
+    err: String,
+}
+
+impl Target {
+    fn new() -> Self {
+        Target {
+            sel: vec![],
+            w_mm: None,
+            err: String::new(),
+        }
+    }
+    fn corr(&mut self, data: &SvmData, sel: &[usize], w: &[f64]) -> Option<f64> {
+        if self.sel != sel {
+            self.sel = sel.to_vec();
+            self.w_mm = svm::w_mm(data, sel)
+                .map_err(|e| self.err = e.to_string())
+                .ok();
+        }
+        self.w_mm.as_ref().map(|m| svm::corr(w, m))
+    }
+}
+
+/// What the last probe saw.
+#[derive(Default)]
+struct Last {
+    corr_sel: Option<f64>,
+    corr_opt: Option<f64>,
+    corr_ctrl: Option<f64>,
+    w_norm: f64,
+    attn_max: f64,
+    sel_is_opt: f64,
+}
+
+impl Paper for AttentionSvm {
+    type Config = AttentionSvmConfig;
+    fn name(&self) -> &'static str {
+        "attention-svm"
+    }
+    fn citation(&self) -> &'static str {
+        "Davoud Ataee Tarzanagh, Yingcong Li, Xuechen Zhang, Samet Oymak. Max-Margin Token Selection in Attention Mechanism. NeurIPS 2023 (arXiv 2306.13596); Davoud Ataee Tarzanagh, Yingcong Li, Christos Thrampoulidis, Samet Oymak. Transformers as Support Vector Machines (arXiv 2308.16898)."
+    }
+    fn presets(&self) -> &'static [Preset] {
+        PRESETS
+    }
+    fn validate(&self, c: &AttentionSvmConfig) -> Result<(), String> {
+        c.data.check()?;
+        c.train.resolved_stages()?;
+        if !(c.model.init.is_finite() && c.model.init >= 0.0) {
+            return Err(format!(
+                "model.init = {}: must be finite and ≥ 0",
+                c.model.init
+            ));
+        }
+        if c.model.param == Param2::Kq && c.model.init == 0.0 {
+            return Err(
+                "model.init = 0 with model.param = \"kq\": K = Q = 0 is a stationary point".into(),
+            );
+        }
+        if c.model.m > 64 {
+            return Err(format!("model.m = {}: must be in 0..=64", c.model.m));
+        }
+        if !(c.probe.corr_threshold > 0.0 && c.probe.corr_threshold <= 1.0) {
+            return Err(format!(
+                "probe.corr_threshold = {}: must be in (0, 1]",
+                c.probe.corr_threshold
+            ));
+        }
+        if !(c.probe.rank_tol > 0.0 && c.probe.rank_tol < 1.0) {
+            return Err(format!(
+                "probe.rank_tol = {}: must be in (0, 1)",
+                c.probe.rank_tol
+            ));
+        }
+        Ok(())
+    }
+    fn run(&self, cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        run(cfg, ctx)
+    }
+    fn reproduce(&self) -> Vec<ReproduceItem> {
+        let mut v = Vec::new();
+        for p in ["attention-svm-w", "attention-svm-kq"] {
+            v.push(ReproduceItem::new(p, &[]));
+            v.push(ReproduceItem::new(p, &["seed=1"]));
+            v.push(ReproduceItem::new(p, &["seed=2"]));
+        }
+        v
+    }
+}
+
+fn run(cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+    let seed = ctx.seed();
+    let (data, v) = generate(&cfg.data, seed);
+    let data = Arc::new(data);
+    let opt = data.optimal(&v);
+    let t = data.t;
+    let mut model = SvmModel::new(&cfg.model, data.clone(), v, seed);
+    let (mut tgt_sel, mut tgt_opt, mut tgt_ctrl) = (Target::new(), Target::new(), Target::new());
+    let mut last = Last::default();
+    let swap = cfg.probe.swap_selected;
+    let dref = &*data;
+    let opt_ref = &opt;
+    let mut probe = |m: &mut SvmModel, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
+        let w = m.w_eff();
+        let (loss, att) = m.forward(&w, None);
+        let mut sel = argmax_rows(&att, t);
+        let ctrl = shifted(&sel, t);
+        if swap {
+            sel = ctrl.clone();
+        }
+        last.corr_sel = tgt_sel.corr(dref, &sel, &w);
+        last.corr_opt = tgt_opt.corr(dref, opt_ref, &w);
+        last.corr_ctrl = tgt_ctrl.corr(dref, &ctrl, &w);
+        last.w_norm = w.iter().map(|x| x * x).sum::<f64>().sqrt();
+        last.attn_max = att
+            .chunks(t)
+            .map(|r| r.iter().cloned().fold(0.0, f64::max))
+            .sum::<f64>()
+            / dref.n as f64;
+        last.sel_is_opt =
+            sel.iter().zip(opt_ref).filter(|(a, b)| a == b).count() as f64 / dref.n as f64;
+        let mut rec = vec![
+            ("loss", loss),
+            ("w_norm", last.w_norm),
+            ("attn_max", last.attn_max),
+            ("sel_is_opt", last.sel_is_opt),
+        ];
+        for (k, c) in [
+            ("corr_sel", last.corr_sel),
+            ("corr_opt", last.corr_opt),
+            ("corr_ctrl", last.corr_ctrl),
+        ] {
+            if let Some(c) = c {
+                rec.push((k, c));
+            }
+        }
+        ctx.log("probe", step, &rec)
+    };
+    let fitted = fit(&mut model, &cfg.train, ctx, &mut probe)?;
+    let w = model.w_eff();
+    let d = data.d;
+    let sv = svm::singular_values(&w, d);
+    let rank = |sv: &[f64]| {
+        sv.iter()
+            .filter(|&&s| s > cfg.probe.rank_tol * sv[0].max(1e-300))
+            .count()
+    };
+    let rank_w = rank(&sv);
+    let mm_sv = tgt_sel.w_mm.as_ref().map(|m| svm::singular_values(m, d));
+    let rank_mm = mm_sv.as_ref().map(|s| rank(s));
+
+    // --- figures ---
+    let recs = ctx.records()?;
+    let curve = |key: &str| {
+        let (x, y) = metrics::series(&recs, "probe", key);
+        let (x, y): (Vec<f64>, Vec<f64>) = x.into_iter().zip(y).filter(|(s, _)| *s > 0.0).unzip();
+        Series::new(key, x, y)
+    };
+    ctx.figure(&Figure::lines("correlation", "Direction of W(t) against attention-SVM solutions", "step", "correlation")
+        .log_x()
+        .with_series(curve("corr_sel"))
+        .with_series(curve("corr_opt"))
+        .with_series(curve("corr_ctrl"))
+        .with_hline("threshold", cfg.probe.corr_threshold)
+        .caption("⟨W, W^mm⟩/(‖W‖‖W^mm‖) for W^mm of the tokens the attention selects (corr_sel), of the highest-score tokens (corr_opt), and of a wrong selection, each sequence's next token (corr_ctrl, the control)."))?;
+    ctx.figure(&Figure::lines("norm", "‖W(t)‖_F", "step", "‖W‖_F")
+        .log_x()
+        .with_series(curve("w_norm"))
+        .with_series(curve("attn_max"))
+        .caption("The norm grows without bound (linearly under normalised GD) while the attention on the selected token (attn_max, mean over sequences) goes to 1."))?;
+    let idx: Vec<f64> = (1..=d).map(|i| i as f64).collect();
+    let norm_sv = |s: &[f64]| s.iter().map(|x| x / s[0].max(1e-300)).collect::<Vec<f64>>();
+    let mut fig = Figure::lines(
+        "singular_values",
+        "Singular values of the final W (normalised)",
+        "index",
+        "σ_i / σ_1",
+    )
+    .log_y()
+    .with_series(Series::new(
+        "W(T)",
+        idx.clone(),
+        norm_sv(&sv).iter().map(|x| x.max(1e-16)).collect(),
+    ));
+    if let Some(s) = &mm_sv {
+        fig = fig.with_series(Series::new(
+            "W^mm (Frobenius)",
+            idx,
+            norm_sv(s).iter().map(|x| x.max(1e-16)).collect(),
+        ));
+    }
+    ctx.figure(&fig.caption(&format!(
+        "Numerical rank (σ_i > {} σ_1): W(T) {rank_w}, W^mm {}.",
+        cfg.probe.rank_tol,
+        rank_mm.map_or("n/a".into(), |r| r.to_string())
+    )))?;
+
+    // --- summary ---
+    let mut s = Summary::new("attention-svm", seed);
+    let f = |c: Option<f64>| c.map_or("not solved".to_string(), |c| format!("{c:.4}"));
+    s.metric("final_loss", fitted.final_loss);
+    s.metric("w_norm", last.w_norm);
+    s.metric("attn_max", last.attn_max);
+    s.metric("sel_is_opt", last.sel_is_opt);
+    s.metric("rank_w", rank_w as f64);
+    if let Some(r) = rank_mm {
+        s.metric("rank_mm", r as f64);
+    }
+    for (k, c) in [
+        ("corr_sel", last.corr_sel),
+        ("corr_opt", last.corr_opt),
+        ("corr_ctrl", last.corr_ctrl),
+    ] {
+        if let Some(c) = c {
+            s.metric(k, c);
+        }
+    }
+    let th = cfg.probe.corr_threshold;
+    let grew = last.w_norm > 10.0 * cfg.model.init.max(1e-3) * d as f64;
+    let ctrl_low = last.corr_ctrl.is_none_or(|c| c < th);
+    match cfg.model.param {
+        Param2::W => {
+            s.verdict(
+                "GD on W turns to the attention-SVM direction of the tokens it selects, with diverging norm",
+                &format!("corr(W, W^mm_sel) > {th}, ‖W‖ grows, and the control corr(W, W^mm_wrong) < {th}"),
+                format!("corr {}, ‖W‖ {:.2}, control {} ({})", f(last.corr_sel), last.w_norm, f(last.corr_ctrl), tgt_sel.err),
+                last.corr_sel.is_some_and(|c| c > th) && grew && ctrl_low,
+            );
+        }
+        Param2::Kq => {
+            s.verdict(
+                "GD on (K, Q) does not turn to the Frobenius SVM direction and W becomes low rank",
+                &format!("corr(W, W^mm_F) < {th} and rank(W) < rank(W^mm_F)"),
+                format!(
+                    "corr {}, rank {rank_w} vs {}",
+                    f(last.corr_sel),
+                    rank_mm.map_or("n/a".into(), |r| r.to_string())
+                ),
+                last.corr_sel.is_some_and(|c| c < th) && rank_mm.is_some_and(|r| rank_w < r),
+            );
+        }
+    }
+    s.verdict(
+        "the selected tokens are the globally optimal ones (highest score) — reported, not required",
+        "fraction of sequences whose selected token is the highest-score token (1 when optimal tokens are reached)",
+        format!("{:.3}; corr with W^mm_opt {}", last.sel_is_opt, f(last.corr_opt)),
+        true,
+    );
+    ctx.notes(&format!(
+        "## Setting\n\nn = {}, T = {}, d = {}, tokens and queries on the unit sphere, unit v, parameterisation {:?}, init sd {}, {} steps of normalised GD, lr {}.\n\n\
+         ## Results\n\n| quantity | theory | ours |\n|---|---|---|\n\
+         | corr(W, W^mm of the selected tokens) | → 1 (W), < 1 (K, Q) | {} |\n| corr(W, W^mm of the highest-score tokens) | → 1 when they are selected | {} |\n\
+         | corr(W, W^mm of a wrong selection) (control) | < 1 | {} |\n| ‖W‖_F | → ∞ | {:.3} |\n| selected = highest score | | {:.3} |\n| rank W(T) / W^mm_F (σ > {} σ_1) | low for (K, Q) | {rank_w} / {} |\n",
+        data.n, data.t, d, cfg.model.param, cfg.model.init, cfg.train.steps, cfg.train.lr,
+        f(last.corr_sel), f(last.corr_opt), f(last.corr_ctrl), last.w_norm, last.sel_is_opt, cfg.probe.rank_tol,
+        rank_mm.map_or("n/a".into(), |r| r.to_string())
+    ))?;
+    Ok(s)
+}
