@@ -266,7 +266,11 @@ fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
         let mut p = vec![0.0; n * s];
         g.predict(&tokens, l, &mut p);
         let ctx: Vec<u32> = (0..n)
-            .flat_map(|b| tokens[b * (l + 1)..b * (l + 1) + l].iter().map(|&t| t as u32))
+            .flat_map(|b| {
+                tokens[b * (l + 1)..b * (l + 1) + l]
+                    .iter()
+                    .map(|&t| t as u32)
+            })
             .collect();
         let batch = Batch::new(ctx, n, l);
         let (y, _) = g.run_with_cache(&batch, &[]).unwrap();
@@ -278,7 +282,11 @@ fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
             positions: None,
         };
         let ablated = g.run_with_hooks(&batch, &[hook]).unwrap();
-        let moved = ablated.data.iter().zip(&y.data).any(|(a, b)| (a - b).abs() > 1e-6);
+        let moved = ablated
+            .data
+            .iter()
+            .zip(&y.data)
+            .any(|(a, b)| (a - b).abs() > 1e-6);
         assert!(moved, "{kind:?}: ablating head 0 changed nothing");
     }
 }

@@ -129,17 +129,39 @@ pub fn reproduce_with_progress(
 
 /// A reproduce run's folder name: its preset, plus the keys it overrides when the
 /// same preset runs more than once (`topic-value+bert_embedding_ln`).
+/// When the keys alone do not tell the runs apart (`seed=1`, `seed=2`), the
+/// values are kept too (`attention-svm-w+seed=1`).
 fn run_name(item: &ReproduceItem, all: &[ReproduceItem]) -> String {
-    if all.iter().filter(|i| i.preset == item.preset).count() < 2 || item.overrides.is_empty() {
+    let same: Vec<&ReproduceItem> = all.iter().filter(|i| i.preset == item.preset).collect();
+    if same.len() < 2 || item.overrides.is_empty() {
         return item.preset.to_string();
     }
-    let keys: Vec<&str> = item
-        .overrides
+    let short = |i: &ReproduceItem, values: bool| -> String {
+        let parts: Vec<String> = i
+            .overrides
+            .iter()
+            .map(|o| {
+                let (k, v) = o.split_once('=').unwrap_or((o, ""));
+                let k = k.rsplit('.').next().unwrap_or(k);
+                if values {
+                    format!("{k}={v}")
+                } else {
+                    k.to_string()
+                }
+            })
+            .collect();
+        format!("{}+{}", i.preset, parts.join("+"))
+    };
+    let mine = short(item, false);
+    let clash = same
         .iter()
-        .map(|o| o.split('=').next().unwrap_or(o))
-        .map(|k| k.rsplit('.').next().unwrap_or(k))
-        .collect();
-    format!("{}+{}", item.preset, keys.join("+"))
+        .filter(|i| !std::ptr::eq(**i, item) && !i.overrides.is_empty())
+        .any(|i| short(i, false) == mine);
+    if clash {
+        short(item, true)
+    } else {
+        mine
+    }
 }
 
 fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
@@ -238,4 +260,22 @@ fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
             .as_bytes(),
     )
     .map_err(io_err(&p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_names_stay_apart_when_only_values_differ() {
+        let items = vec![
+            ReproduceItem::new("p", &[]),
+            ReproduceItem::new("p", &["seed=1"]),
+            ReproduceItem::new("p", &["seed=2"]),
+            ReproduceItem::new("q", &[]),
+            ReproduceItem::new("q", &["model.ln=true"]),
+        ];
+        let names: Vec<String> = items.iter().map(|i| run_name(i, &items)).collect();
+        assert_eq!(names, ["p", "p+seed=1", "p+seed=2", "q", "q+ln"]);
+    }
 }

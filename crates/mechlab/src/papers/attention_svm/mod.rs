@@ -183,11 +183,17 @@ impl Paper for AttentionSvm {
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
         let mut v = Vec::new();
-        for p in ["attention-svm-w", "attention-svm-kq"] {
-            v.push(ReproduceItem::new(p, &[]));
-            v.push(ReproduceItem::new(p, &["seed=1"]));
-            v.push(ReproduceItem::new(p, &["seed=2"]));
+        // Known findings (docs/attention-svm.md, "Findings"): the W direction stops
+        // at correlation ≈ 0.95 on every seed, and (K, Q) keeps full rank on seed 1.
+        const DOC: &str = "docs/attention-svm.md";
+        const W: &str = "GD on W turns to the attention-SVM direction";
+        const KQ: &str = "GD on (K, Q) does not turn";
+        for seed in [&[][..], &["seed=1"], &["seed=2"]] {
+            v.push(ReproduceItem::new("attention-svm-w", seed).with_finding(W, DOC));
         }
+        v.push(ReproduceItem::new("attention-svm-kq", &[]));
+        v.push(ReproduceItem::new("attention-svm-kq", &["seed=1"]).with_finding(KQ, DOC));
+        v.push(ReproduceItem::new("attention-svm-kq", &["seed=2"]));
         v
     }
 }
@@ -327,7 +333,13 @@ fn run(cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, Experiment
             s.verdict(
                 "GD on W turns to the attention-SVM direction of the tokens it selects, with diverging norm",
                 &format!("corr(W, W^mm_sel) > {th}, ‖W‖ grows, and the control corr(W, W^mm_wrong) < {th}"),
-                format!("corr {}, ‖W‖ {:.2}, control {} ({})", f(last.corr_sel), last.w_norm, f(last.corr_ctrl), tgt_sel.err),
+                format!(
+                    "corr {}, ‖W‖ {:.2}, control {}{}",
+                    f(last.corr_sel),
+                    last.w_norm,
+                    f(last.corr_ctrl),
+                    if tgt_sel.err.is_empty() { String::new() } else { format!(" ({})", tgt_sel.err) }
+                ),
                 last.corr_sel.is_some_and(|c| c > th) && grew && ctrl_low,
             );
         }
@@ -344,12 +356,8 @@ fn run(cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, Experiment
             );
         }
     }
-    s.verdict(
-        "the selected tokens are the globally optimal ones (highest score) — reported, not required",
-        "fraction of sequences whose selected token is the highest-score token (1 when optimal tokens are reached)",
-        format!("{:.3}; corr with W^mm_opt {}", last.sel_is_opt, f(last.corr_opt)),
-        true,
-    );
+    // Whether GD selects the highest-score tokens is reported in the notes
+    // (`selected = highest score`), not judged: the theory allows either.
     ctx.notes(&format!(
         "## Setting\n\nn = {}, T = {}, d = {}, tokens and queries on the unit sphere, unit v, parameterisation {:?}, init sd {}, {} steps of normalised GD, lr {}.\n\n\
          ## Results\n\n| quantity | theory | ours |\n|---|---|---|\n\

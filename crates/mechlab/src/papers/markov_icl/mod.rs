@@ -135,8 +135,10 @@ impl Paper for MarkovIcl {
             // authors' sizes (docs/markov-icl.md, "Findings").
             ReproduceItem::new("markov-icl-bigram", REPRODUCE_SHORT)
                 .with_finding("a doubly stochastic prior", "docs/markov-icl.md"),
-            ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT)
-                .with_finding("layer 1 forms a statistical induction head", "docs/markov-icl.md"),
+            ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT).with_finding(
+                "layer 1 forms a statistical induction head",
+                "docs/markov-icl.md",
+            ),
         ]
     }
 }
