@@ -38,7 +38,12 @@ pub fn bert_model(data: &[u8]) {
     };
     // Loading from the folder must agree with loading from bytes.
     let loaded = Bert::load(&dir).expect("a folder whose parts parse loads");
-    assert_eq!(loaded.weights.word, w.word, "folder and bytes loads differ");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&loaded.weights.word),
+        bits(&w.word),
+        "folder and bytes loads differ"
+    );
     let params = w.word.len()
         + w.pos.len()
         + w.layers
@@ -150,6 +155,28 @@ mod tests {
                 e.tokens
             );
             bert_tokenizer(&data);
+        }
+    }
+
+    /// AFL findings: a NaN in a tensor is refused naming the tensor; a damaged
+    /// dtype or tensor name is quoted escaped.
+    #[test]
+    fn findings_are_clear_errors() {
+        for (name, want) in [
+            ("finding-nan-weight", "holds NaN"),
+            ("finding-escaped-dtype", "\\u{7f}"),
+            ("finding-escaped-tensor-name", "\\u{c}"),
+        ] {
+            let data = seed("bert_model", name);
+            let i = data.iter().position(|&b| b == 0).unwrap();
+            let text = std::str::from_utf8(&data[..i]).unwrap();
+            let cfg = BertConfig::from_json_str(text, "config.json").unwrap();
+            let e = BertWeights::from_bytes(&data[i + 1..], &cfg, "model.safetensors")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{name}: {e}");
+            assert!(!e.chars().any(char::is_control), "{name}: {e:?}");
+            bert_model(&data);
         }
     }
 

@@ -39,30 +39,57 @@ pub use weights::{BertWeights, LayerWeights};
 use thiserror::Error;
 
 /// Why a model folder could not be loaded. Every message is one line that names
-/// the file.
+/// the file; text that came from the file (a dtype name, a tensor name, a parser's
+/// quote of the bytes it choked on) is shown escaped and cut short by [`clean`], so
+/// a damaged header cannot write control characters to the terminal.
 #[derive(Debug, Error)]
 pub enum BertError {
-    #[error("{file}: {source}")]
+    #[error("{}: {source}", clean(.file))]
     Io {
         file: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("{file}: {key}: {reason}")]
+    #[error("{}: {}: {}", clean(.file), clean(.key), clean(.reason))]
     Config {
         file: String,
         key: String,
         reason: String,
     },
-    #[error("{file}: {reason}")]
+    #[error("{}: {}", clean(.file), clean(.reason))]
     Weights { file: String, reason: String },
-    #[error("{file}: missing tensor `{name}`")]
+    #[error("{}: missing tensor `{}`", clean(.file), clean(.name))]
     MissingTensor { file: String, name: String },
-    #[error("{file}: tensor `{name}` has shape {got:?}, the config needs {want:?}")]
+    #[error("{}: tensor `{}` has shape {got:?}, the config needs {want:?}", clean(.file), clean(.name))]
     Shape {
         file: String,
         name: String,
         want: Vec<usize>,
         got: Vec<usize>,
     },
+}
+
+/// `text` with control characters escaped (`\n`, `\u{7f}`) and cut at 300
+/// characters (marked with `…`).
+///
+/// ```
+/// use mechlab_engine::bert::clean;
+/// assert_eq!(clean("F3\u{7f}\n"), "F3\\u{7f}\\n");
+/// assert_eq!(clean(&"x".repeat(400)).chars().count(), 301);
+/// ```
+pub fn clean(text: &str) -> String {
+    const MAX: usize = 300;
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == MAX {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

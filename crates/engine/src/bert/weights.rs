@@ -4,8 +4,9 @@
 //! Names are those of `transformers.BertModel` (`embeddings.word_embeddings.weight`,
 //! `encoder.layer.{l}.attention.self.query.weight`, ...); a checkpoint saved from a
 //! task model (`BertForMaskedLM`, ...) prefixes them with `bert.`, which is accepted
-//! too. Every tensor must be float32 with the shape the config implies: a missing
-//! tensor, another dtype or a wrong shape is an error naming the file and tensor.
+//! too. Every tensor must be float32 with the shape the config implies and finite
+//! values: a missing tensor, another dtype, a wrong shape or a NaN/inf is an error
+//! naming the file and tensor.
 //! Linear weights stay `[out, in]` as stored (what [`crate::layers::linear`] takes).
 //! Tensors the encoder does not use (the pooler, `position_ids`) are ignored.
 
@@ -143,10 +144,18 @@ impl Reader<'_, '_> {
                 ),
             });
         }
-        Ok(view
+        let values: Vec<f32> = view
             .data()
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+            .collect();
+        // A damaged download: refuse it here rather than give NaN activations later.
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(BertError::Weights {
+                file: self.file.to_string(),
+                reason: format!("tensor `{name}` holds {} at flat index {i}", values[i]),
+            });
+        }
+        Ok(values)
     }
 }
