@@ -28,10 +28,10 @@
 
 use crate::config::{self, ConfigError};
 use crate::experiment::Dtype;
-use crate::papers::induction::direct::{Direct, DirectConfig};
-use crate::papers::induction::full::{Full, FullConfig};
-use crate::papers::induction::simplified::{Simplified, SimplifiedConfig};
-use crate::papers::induction::{InductionConfig, ModelKind};
+use crate::papers::induction::direct::Direct;
+use crate::papers::induction::full::Full;
+use crate::papers::induction::simplified::Simplified;
+use crate::papers::induction::{self, InductionConfig, ModelKind};
 use crate::papers::markov_icl::{self, model::RpeTransformer, MarkovConfig};
 use crate::papers::selection::data::SeqData;
 use crate::papers::selection::model::SelectionModel;
@@ -169,7 +169,6 @@ fn markov<T: Float>(cfg: &MarkovConfig, ckpt: &Path, file: &str) -> Built {
 fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built {
     let m = &cfg.model;
     let (s, h) = (cfg.data.vocab, m.n_heads);
-    let loss = m.loss;
     if m.degree == 0 || m.degree > h {
         return Err(unsupported(
             file,
@@ -178,19 +177,7 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
     }
     if !crate::papers::induction::config::uses_table(cfg) {
         // The run trained on the general path: the same parameters, no table.
-        let c = DirectConfig {
-            kind: m.kind,
-            d_vocab: s,
-            n_heads: h,
-            degree: m.degree,
-            w_plus: m.w_plus,
-            w_minus: m.w_minus,
-            c_init: m.c_init,
-            a_init: m.a_init,
-            proj_init: m.proj_init,
-            loss,
-            nll_floor: m.nll_floor,
-        };
+        let c = induction::direct_config(cfg);
         return if f32 {
             restore(Direct::<f32>::new(&c), &read::<f32>(ckpt)?)
         } else {
@@ -200,17 +187,7 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
     match m.kind {
         ModelKind::Simplified => {
             Simplified::<f64>::check_size(s, h).map_err(|r| unsupported(file, r))?;
-            let c = SimplifiedConfig {
-                d_vocab: s,
-                n_heads: h,
-                degree: m.degree,
-                w_plus: m.w_plus,
-                w_minus: m.w_minus,
-                c_init: m.c_init,
-                a_init: m.a_init,
-                loss,
-                nll_floor: m.nll_floor,
-            };
+            let c = induction::simplified_config(cfg);
             if f32 {
                 restore(Simplified::<f32>::new(&c), &read::<f32>(ckpt)?)
             } else {
@@ -219,18 +196,7 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
         }
         ModelKind::Full => {
             Full::<f64>::check_size(s, h).map_err(|r| unsupported(file, r))?;
-            let c = FullConfig {
-                d_vocab: s,
-                n_heads: h,
-                degree: m.degree,
-                w_plus: m.w_plus,
-                w_minus: m.w_minus,
-                c_init: m.c_init,
-                a_init: m.a_init,
-                proj_init: m.proj_init,
-                loss,
-                nll_floor: m.nll_floor,
-            };
+            let c = induction::full_config(cfg);
             if f32 {
                 restore(Full::<f32>::new(&c), &read::<f32>(ckpt)?)
             } else {

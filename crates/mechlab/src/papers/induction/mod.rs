@@ -110,43 +110,9 @@ impl Paper for Induction {
     }
     fn run(&self, cfg: &InductionConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
         let m = &cfg.model;
-        let simple = SimplifiedConfig {
-            d_vocab: cfg.data.vocab,
-            n_heads: m.n_heads,
-            degree: m.degree,
-            w_plus: m.w_plus,
-            w_minus: m.w_minus,
-            c_init: m.c_init,
-            a_init: m.a_init,
-            loss: m.loss,
-            nll_floor: m.nll_floor,
-        };
-        let full = FullConfig {
-            d_vocab: cfg.data.vocab,
-            n_heads: m.n_heads,
-            degree: m.degree,
-            w_plus: m.w_plus,
-            w_minus: m.w_minus,
-            c_init: m.c_init,
-            a_init: m.a_init,
-            proj_init: m.proj_init,
-            loss: m.loss,
-            nll_floor: m.nll_floor,
-        };
+        let (simple, full) = (simplified_config(cfg), full_config(cfg));
         if !config::uses_table(cfg) {
-            let dc = DirectConfig {
-                kind: m.kind,
-                d_vocab: cfg.data.vocab,
-                n_heads: m.n_heads,
-                degree: m.degree,
-                w_plus: m.w_plus,
-                w_minus: m.w_minus,
-                c_init: m.c_init,
-                a_init: m.a_init,
-                proj_init: m.proj_init,
-                loss: m.loss,
-                nll_floor: m.nll_floor,
-            };
+            let dc = direct_config(cfg);
             return match m.dtype {
                 Dtype::F32 => run_typed(cfg, ctx, Direct::<f32>::new(&dc)),
                 Dtype::F64 => run_typed(cfg, ctx, Direct::<f64>::new(&dc)),
@@ -176,6 +142,57 @@ impl Paper for Induction {
             ReproduceItem::new("induction-bigram", REPRODUCE_SHORT),
             ReproduceItem::new("induction-vocab10", REPRODUCE_GENERAL),
         ]
+    }
+}
+
+/// The simplified model's settings from a run's config (the table path).
+pub fn simplified_config(cfg: &InductionConfig) -> SimplifiedConfig {
+    let m = &cfg.model;
+    SimplifiedConfig {
+        d_vocab: cfg.data.vocab,
+        n_heads: m.n_heads,
+        degree: m.degree,
+        w_plus: m.w_plus,
+        w_minus: m.w_minus,
+        c_init: m.c_init,
+        a_init: m.a_init,
+        loss: m.loss,
+        nll_floor: m.nll_floor,
+    }
+}
+
+/// The full model's settings from a run's config (the table path).
+pub fn full_config(cfg: &InductionConfig) -> FullConfig {
+    let m = &cfg.model;
+    FullConfig {
+        d_vocab: cfg.data.vocab,
+        n_heads: m.n_heads,
+        degree: m.degree,
+        w_plus: m.w_plus,
+        w_minus: m.w_minus,
+        c_init: m.c_init,
+        a_init: m.a_init,
+        proj_init: m.proj_init,
+        loss: m.loss,
+        nll_floor: m.nll_floor,
+    }
+}
+
+/// Either model's settings for the general (direct) path.
+pub fn direct_config(cfg: &InductionConfig) -> DirectConfig {
+    let f = full_config(cfg);
+    DirectConfig {
+        kind: cfg.model.kind,
+        d_vocab: f.d_vocab,
+        n_heads: f.n_heads,
+        degree: f.degree,
+        w_plus: f.w_plus,
+        w_minus: f.w_minus,
+        c_init: f.c_init,
+        a_init: f.a_init,
+        proj_init: f.proj_init,
+        loss: f.loss,
+        nll_floor: f.nll_floor,
     }
 }
 
