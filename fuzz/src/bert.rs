@@ -180,6 +180,39 @@ mod tests {
         }
     }
 
+    /// AFL findings on `bert_tokenizer`: panics inside the `tokenizers` crate (a
+    /// JSON error in a decoder, a template's special token missing), a control
+    /// character in its message, and an encoding whose lists differ in length are
+    /// each an error naming the file.
+    #[test]
+    fn tokenizer_findings_are_clear_errors() {
+        for (name, want) in [
+            ("finding-decoder", "tokenizer.json: not valid JSON"),
+            ("finding-template", "tokenizers library failed"),
+            ("finding-control", "\\u{7f}"),
+            ("finding-length", "ids but"),
+        ] {
+            let data = seed("bert_tokenizer", name);
+            let rest = &data[1..];
+            let i = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+            let file = if data[0] % 2 == 1 {
+                "tokenizer.json"
+            } else {
+                "vocab.txt"
+            };
+            let dir = scratch::fresh_dir("finding");
+            std::fs::write(dir.join(file), &rest[..i]).unwrap();
+            let text = String::from_utf8_lossy(rest.get(i + 1..).unwrap_or(&[])).to_string();
+            let e = PretrainedTokenizer::from_dir(&dir)
+                .and_then(|t| t.encode(&text, 64))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{name}: {e}");
+            assert!(!e.chars().any(char::is_control), "{name}: {e:?}");
+            bert_tokenizer(&data);
+        }
+    }
+
     /// A weights file cut short is a one-line error, not a panic.
     #[test]
     fn truncated_weights_are_an_error() {

@@ -62,10 +62,14 @@ impl PretrainedTokenizer {
             reason: one_line(e),
         };
         let (inner, file) = if json.is_file() {
-            (
-                Tokenizer::from_file(&json).map_err(|e| bad(&json, &e))?,
-                json,
-            )
+            // The `tokenizers` crate panics on some malformed files (a JSON error
+            // inside a decoder, found by fuzzing): check the JSON first, and turn
+            // any panic left into this error.
+            let text = std::fs::read(&json).map_err(|e| bad(&json, &e))?;
+            serde_json::from_slice::<serde_json::Value>(&text)
+                .map_err(|e| bad(&json, &format!("not valid JSON: {e}")))?;
+            let read = no_panic(|| Tokenizer::from_bytes(&text)).map_err(|e| bad(&json, &e))?;
+            (read.map_err(|e| bad(&json, &e))?, json)
         } else if vocab.is_file() {
             (bert_from_vocab(&vocab).map_err(|e| bad(&vocab, &e))?, vocab)
         } else {
@@ -103,18 +107,30 @@ impl PretrainedTokenizer {
     /// Tokenizes `text` with `[CLS]`/`[SEP]`, keeping at most `max_len` pieces (the
     /// last one always `[SEP]`).
     pub fn encode(&self, text: &str, max_len: usize) -> Result<Encoded, TokenizerError> {
-        let e = self
-            .inner
-            .encode(text, true)
-            .map_err(|e| TokenizerError::Bad {
-                file: self.file.clone(),
-                reason: format!("encoding {:?}: {}", truncate(text), one_line(&e)),
-            })?;
+        let bad = |e: &dyn std::fmt::Display| TokenizerError::Bad {
+            file: self.file.clone(),
+            reason: format!("encoding {:?}: {}", truncate(text), one_line(e)),
+        };
+        // A post-processor naming a special token the vocabulary lacks panics
+        // inside `tokenizers` (found by fuzzing).
+        let e = no_panic(|| self.inner.encode(text, true))
+            .map_err(|e| bad(&e))?
+            .map_err(|e| bad(&e))?;
         let mut out = Encoded {
             ids: e.get_ids().to_vec(),
             tokens: e.get_tokens().to_vec(),
             words: e.get_word_ids().to_vec(),
         };
+        // A post-processor whose special token lists more pieces than ids makes
+        // `tokenizers` return lists of different lengths (found by fuzzing).
+        if out.tokens.len() != out.ids.len() || out.words.len() != out.ids.len() {
+            return Err(bad(&format!(
+                "{} ids but {} pieces and {} word indices (are a special token's \"ids\" and \"tokens\" in the post-processor of the same length?)",
+                out.ids.len(),
+                out.tokens.len(),
+                out.words.len()
+            )));
+        }
         if out.ids.len() > max_len && max_len >= 2 {
             out.ids.truncate(max_len - 1);
             out.tokens.truncate(max_len - 1);
@@ -146,8 +162,21 @@ fn bert_from_vocab(vocab: &Path) -> tokenizers::Result<Tokenizer> {
     Ok(tok)
 }
 
+/// A message on one line, control characters escaped, cut short.
 fn one_line(e: &dyn std::fmt::Display) -> String {
-    e.to_string().replace('\n', " ")
+    crate::error::excerpt(&e.to_string().replace('\n', " "), 300)
+}
+
+/// Runs `f`, turning a panic inside the `tokenizers` crate into an error message.
+fn no_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        format!("the tokenizers library failed on it ({msg})")
+    })
 }
 
 fn truncate(text: &str) -> String {
