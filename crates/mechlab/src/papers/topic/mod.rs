@@ -16,6 +16,7 @@
 //! probes logged during training), [`synthetic`] and [`wiki`] (the two data
 //! settings), [`report`] (figures, notes and verdicts), [`probes`].
 
+pub mod causal;
 pub mod config;
 pub mod data;
 pub mod hooks;
