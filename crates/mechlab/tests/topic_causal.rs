@@ -135,8 +135,7 @@ fn uniform_patch_is_the_identity_on_uniform_attention_and_not_on_trained() {
             residual: true,
             ..TopicMlmConfig::default()
         };
-        TopicMlm::<f64>::new(&cfg, lda.d_vocab(), &lda.topic_of_token(), set.max_len(), 5)
-            .unwrap()
+        TopicMlm::<f64>::new(&cfg, lda.d_vocab(), &lda.topic_of_token(), set.max_len(), 5).unwrap()
     };
     let mut u = mk(AttnKind::Uniform);
     let base = hooked_dev_loss(&mut u, &set, 7, 3, PatternPatch::None, 1).unwrap();
