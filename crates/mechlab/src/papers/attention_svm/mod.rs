@@ -212,7 +212,7 @@ fn run(cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, Experiment
     let opt_ref = &opt;
     let mut probe = |m: &mut SvmModel, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
         let w = m.w_eff();
-        let (loss, att) = m.forward(&w, None);
+        let (loss, att) = m.forward(&w);
         let mut sel = argmax_rows(&att, t);
         let ctrl = shifted(&sel, t);
         if swap {
