@@ -32,6 +32,13 @@ fn w_turns_to_the_svm_of_its_selection_and_a_wrong_selection_does_not_fit() {
     assert!(s.metrics["corr_ctrl"] < 0.5, "{s:?}");
     assert!(s.metrics["w_norm"] > 100.0, "{s:?}");
     assert!(s.metrics["attn_max"] > 0.99, "{s:?}");
+    // The regularisation path turns to the same SVM as the radius grows.
+    assert!(s.metrics["reg_corr"] > 0.95, "{s:?}");
+    assert!(
+        s.metrics["reg_corr"] > s.metrics["reg_corr_first"] + 0.3,
+        "{s:?}"
+    );
+    assert!(s.metrics["reg_corr_ctrl"] < 0.5, "{s:?}");
     for f in ["correlation", "norm", "singular_values"] {
         assert!(
             tmp.path().join(format!("ok/figures/{f}.json")).exists(),
@@ -46,7 +53,8 @@ fn w_turns_to_the_svm_of_its_selection_and_a_wrong_selection_does_not_fit() {
     )
     .unwrap();
     assert!(bad.metrics["corr_sel"] < 0.5, "{bad:?}");
-    assert!(!bad.verdicts[0].pass, "{bad:?}");
+    assert!(bad.metrics["reg_corr"] < 0.5, "{bad:?}");
+    assert!(bad.verdicts.iter().all(|v| !v.pass), "{bad:?}");
 }
 
 #[test]
@@ -71,6 +79,12 @@ fn kq_turns_to_the_nuclear_norm_svm_before_saturation() {
     let swap = [&set[..], &["probe.swap_selected=true"]].concat();
     let bad = run_preset("attention-svm-kq", &swap, &tmp.path().join("swap")).unwrap();
     assert!(bad.metrics["corr_nuc"] < 0.5, "{bad:?}");
+    // The nuclear-norm regularisation path, against the right and a wrong selection.
+    assert!(
+        s.metrics["reg_corr"] > 0.9 && s.metrics["reg_corr_ctrl"] < 0.5,
+        "{s:?}"
+    );
+    assert!(bad.metrics["reg_corr"] < 0.5, "{bad:?}");
 }
 
 #[test]
@@ -93,6 +107,8 @@ fn bad_settings_are_errors_that_name_the_key() {
         ("data.t=1", "data.t"),
         ("data.d=0", "data.d"),
         ("probe.corr_threshold=2.0", "probe.corr_threshold"),
+        ("probe.reg_radii=[4.0, 2.0]", "probe.reg_radii"),
+        ("probe.reg_steps=0", "probe.reg_steps"),
     ] {
         let e = run_preset("attention-svm-w", &[o], &tmp.path().join("x")).unwrap_err();
         assert!(e.to_string().contains(key), "{o}: {e}");
