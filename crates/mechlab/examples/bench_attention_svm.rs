@@ -24,7 +24,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     let (n, t, d, steps) = (num(0, 6), num(1, 8), num(2, 10), num(3, 2000));
-    let dc = DataConfig { n, t, d };
+    let dc = DataConfig { n, t, d, twins: 0 };
     dc.check().expect("valid sizes");
     let (data, v) = generate(&dc, 0);
     let data = Arc::new(data);

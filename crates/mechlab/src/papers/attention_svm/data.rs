@@ -19,11 +19,22 @@ pub struct DataConfig {
     pub t: usize,
     /// Token dimension.
     pub d: usize,
+    /// Opposite-label twins: the last `twins` sequences repeat the tokens and
+    /// query of the first `twins` with the label flipped. A twin pair's
+    /// highest-score tokens are then the top and the bottom of the same `vᵀ x`
+    /// ranking, which no `W` can both select, so the attention SVM of the
+    /// highest-score tokens is infeasible by construction (claim c).
+    pub twins: usize,
 }
 
 impl Default for DataConfig {
     fn default() -> Self {
-        DataConfig { n: 6, t: 8, d: 10 }
+        DataConfig {
+            n: 6,
+            t: 8,
+            d: 10,
+            twins: 0,
+        }
     }
 }
 
@@ -38,6 +49,13 @@ impl DataConfig {
         }
         if self.d == 0 || self.d > 64 {
             return Err(format!("data.d = {}: must be in 1..=64", self.d));
+        }
+        if 2 * self.twins > self.n {
+            return Err(format!(
+                "data.twins = {}: must be at most data.n / 2 = {}",
+                self.twins,
+                self.n / 2
+            ));
         }
         Ok(())
     }
@@ -112,9 +130,16 @@ pub fn generate(c: &DataConfig, seed: u64) -> (SvmData, Vec<f64>) {
     unit_rows(&mut x, c.d);
     unit_rows(&mut z, c.d);
     unit_rows(&mut v, c.d);
-    let y = (0..c.n)
+    let mut y: Vec<f64> = (0..c.n)
         .map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 })
         .collect();
+    // Twins: sequence n − twins + k copies sequence k with the opposite label.
+    let (td, first) = (c.t * c.d, c.n - c.twins);
+    for k in 0..c.twins {
+        x.copy_within(k * td..(k + 1) * td, (first + k) * td);
+        z.copy_within(k * c.d..(k + 1) * c.d, (first + k) * c.d);
+        y[first + k] = -y[k];
+    }
     (
         SvmData {
             n: c.n,
@@ -126,4 +151,42 @@ pub fn generate(c: &DataConfig, seed: u64) -> (SvmData, Vec<f64>) {
         },
         v,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::papers::attention_svm::svm::{w_mm, SvmError};
+
+    /// Twins repeat tokens and query with the label flipped, which leaves the rest of
+    /// the draw as it was and makes the SVM of the highest-score tokens infeasible.
+    #[test]
+    fn twins_copy_with_flipped_labels_and_make_the_optimum_inseparable() {
+        let base = DataConfig::default();
+        let tw = DataConfig {
+            twins: 2,
+            ..base.clone()
+        };
+        let ((a, va), (b, vb)) = (generate(&base, 4), generate(&tw, 4));
+        assert_eq!(va, vb);
+        let (n, td) = (a.n, a.t * a.d);
+        assert_eq!(a.x[..(n - 2) * td], b.x[..(n - 2) * td]);
+        for k in 0..2 {
+            assert_eq!(
+                b.x[k * td..(k + 1) * td],
+                b.x[(n - 2 + k) * td..(n - 1 + k) * td]
+            );
+            assert_eq!(b.query(k), b.query(n - 2 + k));
+            assert_eq!(b.y[n - 2 + k], -b.y[k]);
+        }
+        assert!(w_mm(&a, &a.optimal(&va)).is_ok());
+        assert!(matches!(
+            w_mm(&b, &b.optimal(&vb)),
+            Err(SvmError::Infeasible(_))
+        ));
+        assert!(DataConfig { twins: 4, ..base }
+            .check()
+            .unwrap_err()
+            .contains("data.twins"));
+    }
 }

@@ -357,7 +357,15 @@ mod tests {
     use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
 
     fn model(p: Param2) -> SvmModel {
-        let (data, v) = generate(&DataConfig { n: 3, t: 4, d: 5 }, 7);
+        let (data, v) = generate(
+            &DataConfig {
+                n: 3,
+                t: 4,
+                d: 5,
+                twins: 0,
+            },
+            7,
+        );
         let cfg = ModelConfig {
             param: p,
             m: 3,
@@ -384,6 +392,7 @@ mod tests {
                     n: 1100,
                     t: 4,
                     d: 5,
+                    twins: 0,
                 },
                 3,
             );

@@ -136,7 +136,15 @@ mod tests {
     /// Frobenius solution (also feasible), and a larger Frobenius norm.
     #[test]
     fn beats_the_frobenius_solution_on_its_own_norm() {
-        let (data, v) = generate(&DataConfig { n: 4, t: 4, d: 4 }, 5);
+        let (data, v) = generate(
+            &DataConfig {
+                n: 4,
+                t: 4,
+                d: 4,
+                twins: 0,
+            },
+            5,
+        );
         let sel = data.optimal(&v);
         let rows = constraints(&data, &sel).unwrap();
         let wn = min_nuclear(&rows, 4, 1e-8).unwrap();

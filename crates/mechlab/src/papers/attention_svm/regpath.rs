@@ -93,7 +93,15 @@ mod tests {
     /// and (W parameterisation) a large ball's minimiser sits on its boundary.
     #[test]
     fn points_lie_in_their_balls_and_the_loss_falls() {
-        let (data, v) = generate(&DataConfig { n: 4, t: 4, d: 4 }, 9);
+        let (data, v) = generate(
+            &DataConfig {
+                n: 4,
+                t: 4,
+                d: 4,
+                twins: 0,
+            },
+            9,
+        );
         let data = Arc::new(data);
         for param in [Param2::W, Param2::Kq] {
             let cfg = ModelConfig {
