@@ -290,3 +290,88 @@ fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
         assert!(moved, "{kind:?}: ablating head 0 changed nothing");
     }
 }
+
+/// The training-time `ablate` intervention (`Direct::set_ablated`) is the hooked
+/// zero-ablation of the head's output `v^h` (the simplified model's
+/// `hook_z_unit`, the full model's `hook_normalized`): same predictions to
+/// rounding; the mask 0 is exactly the unablated model; the ablated model's
+/// gradients match finite differences and leave the head's RPE weights at zero.
+#[test]
+fn training_time_ablation_is_the_hooked_zero_ablation_of_the_head_output() {
+    use mechlab_engine::hooks::{Ablation, Batch, Hook, HookedModel};
+    for (kind, hook) in [
+        (ModelKind::Simplified, "blocks.0.attn.hook_z_unit"),
+        (ModelKind::Full, "blocks.0.ln.hook_normalized"),
+    ] {
+        let (s, h, l) = (6, 3, 16);
+        let tokens = data(s, l, 12, vec![1, 2], 41);
+        let n = tokens.len() / (l + 1);
+        let mut g = Direct::<f64>::new(&DirectConfig {
+            kind,
+            d_vocab: s,
+            n_heads: h,
+            w_plus: 1.0,
+            ..DirectConfig::default()
+        });
+        let x0 = perturb(&flat(&g), 0.3);
+        set(&mut g, &x0);
+        let predict = |g: &mut Direct<f64>| {
+            let mut p = vec![0.0; n * s];
+            g.predict(&tokens, l, &mut p);
+            p
+        };
+        let clean = predict(&mut g);
+        let ctx: Vec<u32> = (0..n)
+            .flat_map(|b| {
+                tokens[b * (l + 1)..b * (l + 1) + l]
+                    .iter()
+                    .map(|&t| t as u32)
+            })
+            .collect();
+        let batch = Batch::new(ctx, n, l);
+        for head in 0..h {
+            g.set_ablated(1 << head);
+            let ablated = predict(&mut g);
+            g.set_ablated(0);
+            let hooked = g
+                .run_with_hooks(
+                    &batch,
+                    &[Hook {
+                        name: hook.into(),
+                        ablation: Ablation::Zero,
+                        heads: Some(vec![head]),
+                        positions: None,
+                    }],
+                )
+                .unwrap();
+            close(
+                &ablated,
+                &hooked.data,
+                1e-12,
+                &format!("{kind:?} head {head}"),
+            );
+            assert!(
+                ablated
+                    .iter()
+                    .zip(&clean)
+                    .any(|(a, b)| (a - b).abs() > 1e-6),
+                "{kind:?}: ablating head {head} changed nothing"
+            );
+            assert_eq!(predict(&mut g), clean, "{kind:?}: mask 0 is the identity");
+        }
+        // Gradients of the ablated model.
+        g.set_ablated(0b010);
+        g.zero_grad();
+        g.loss(&tokens, l, true);
+        let gr = grads(&g);
+        if kind == ModelKind::Simplified {
+            // blocks.0.attn.W_pos [2H-1, H]: column 1 is head 1's.
+            assert!((0..2 * h - 1).all(|r| gr[r * h + 1] == 0.0), "{gr:?}");
+        }
+        let mut f = |x: &[f64]| {
+            set(&mut g, x);
+            g.loss(&tokens, l, false)
+        };
+        check(&mut f, &x0, &gr, DEFAULT_H).assert_below(1e-6, &format!("ablated {kind:?}"));
+    }
+}

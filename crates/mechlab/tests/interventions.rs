@@ -179,3 +179,63 @@ fn intervene_writes_json_figures_and_a_report_section() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("allowed: zero, mean, resample"));
 }
+
+/// `kind = "ablate"` runs on the direct path (chosen by `model.path = "auto"`):
+/// the ablated head's layer-1 pattern never moves (no gradient, no weight decay
+/// here) while the other heads' do, and the final loss differs from the same run
+/// without the ablation. A table path or a head out of range is refused.
+#[test]
+fn an_ablated_head_gets_no_gradient_and_changes_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let no_decay = ["--set", "train.weight_decay=0.0"];
+    let cfg = config(
+        d,
+        "ablate.toml",
+        "[[interventions]]\nkind = \"ablate\"\nhead = 0\n",
+    );
+    ok(
+        d,
+        &[&["run", &cfg, "--out", "ablated"][..], &no_decay].concat(),
+    );
+    let free = config(d, "free.toml", "");
+    ok(
+        d,
+        &[&["run", &free, "--out", "free"][..], &no_decay].concat(),
+    );
+    // hook_pattern [batch, head, query_pos, key_pos]: 20 × 20 per head
+    let head = |p: &[f64], h: usize| p[h * 400..(h + 1) * 400].to_vec();
+    let (p0, _) = layers(&d.join("ablated"), 0);
+    let (p8, _) = layers(&d.join("ablated"), 8);
+    assert_eq!(
+        head(&p0, 0),
+        head(&p8, 0),
+        "the ablated head's pattern stays"
+    );
+    assert_ne!(head(&p0, 1), head(&p8, 1), "the others train");
+    let summary = |r: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join(r).join("summary.json")).unwrap())
+            .unwrap()
+    };
+    let (a, f) = (summary("ablated"), summary("free"));
+    assert_ne!(a["metrics"]["val_code_loss"], f["metrics"]["val_code_loss"]);
+    let far = config(
+        d,
+        "far.toml",
+        "[[interventions]]\nkind = \"ablate\"\nhead = 3\n",
+    );
+    for (file, set, expect) in [
+        (&cfg, "model.path=\"table\"", "needs the direct path"),
+        (
+            &far,
+            "seed=0",
+            "interventions[0].head = 3: must be below model.n_heads = 3",
+        ),
+    ] {
+        let out = mechlab(d, &["run", file, "--out", "bad", "--set", set]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(expect), "{expect:?} not in {err}");
+        assert!(!d.join("bad").exists());
+    }
+}

@@ -3,7 +3,7 @@
 
 use super::data::Variant;
 use super::full::Full;
-use super::interventions::{Freezes, Intervention};
+use super::interventions::{Ablations, Freezes, Intervention, InterventionKind};
 use super::layer2::LossKind;
 use super::simplified::Simplified;
 use crate::experiment::Dtype;
@@ -190,8 +190,13 @@ fn table_fits(cfg: &InductionConfig) -> Result<(), String> {
 
 /// Whether the run uses the window-table kernel (`model.path`, resolved).
 pub fn uses_table(cfg: &InductionConfig) -> bool {
+    // A head ablation needs the direct path's hook site.
+    let ablates = cfg
+        .interventions
+        .iter()
+        .any(|iv| iv.kind == InterventionKind::Ablate);
     match cfg.model.path {
-        ModelPath::Auto => table_fits(cfg).is_ok(),
+        ModelPath::Auto => !ablates && table_fits(cfg).is_ok(),
         ModelPath::Table => true,
         ModelPath::Direct => false,
     }
@@ -279,6 +284,12 @@ pub fn check(cfg: &InductionConfig) -> Result<(), String> {
         ));
     }
     Freezes::new(&cfg.interventions, m.kind)?;
+    let ablations = Ablations::new(&cfg.interventions, m.n_heads)?;
+    if !ablations.is_empty() && m.path == ModelPath::Table {
+        return Err(
+            "model.path = \"table\": a kind = \"ablate\" intervention needs the direct path's hook site; use model.path = \"auto\" or \"direct\"".into(),
+        );
+    }
     if !(cfg.data.alpha.is_finite() && cfg.data.alpha > 0.0) {
         return Err(format!(
             "data.alpha = {}: must be a positive number",

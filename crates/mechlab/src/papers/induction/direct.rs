@@ -146,6 +146,10 @@ pub struct Direct<T: Float> {
     /// The `(n, L)` the workspaces are sized for.
     shape: (usize, usize),
     pub(crate) train: [bool; 3], // W, C, a
+    /// Layer-1 heads ablated (bit `h`): their output `v^h` is zero at every
+    /// position, so `ip_h = 0`, the kernel products holding `h` vanish and no
+    /// gradient reaches the head (the training-time `ablate` intervention).
+    ablated: u16,
 }
 
 /// Read-only state every chunk shares in a step.
@@ -219,7 +223,19 @@ impl<T: Float> Direct<T> {
             work: Vec::new(),
             shape: (usize::MAX, usize::MAX),
             train: [true; 3],
+            ablated: 0,
         }
+    }
+
+    /// Ablates the layer-1 heads whose bits are set in `mask` (0: none), in every
+    /// forward and backward from now on.
+    pub fn set_ablated(&mut self, mask: u16) {
+        self.ablated = mask;
+    }
+
+    /// The heads ablated (bit `h`).
+    pub fn ablated(&self) -> u16 {
+        self.ablated
     }
 
     /// Which groups get gradients (the simplified model; the full model trains all).
@@ -503,9 +519,18 @@ impl<T: Float> Step<'_, T> {
         let y = seq[l] as usize;
         let mut ipr = [T::zero(); 8];
         let mut mx = T::neg_infinity();
+        let off = self.m.ablated;
+        // ReLU(ip_h), 0 for an ablated head (its output v^h is zero).
+        let relu = |ip: T, hd: usize| {
+            if off >> hd & 1 == 1 {
+                T::zero()
+            } else {
+                ip.max(T::zero())
+            }
+        };
         for i in 0..l {
             for hd in 0..h {
-                ipr[hd] = wk.ip[i * h + hd].max(T::zero());
+                ipr[hd] = relu(wk.ip[i * h + hd], hd);
             }
             let mut num = T::zero();
             for (si, mem, k) in &self.m.active {
@@ -552,7 +577,7 @@ impl<T: Float> Step<'_, T> {
             let ds = wk.p[i] * (wk.g[x[i] as usize] - pg) * self.scale;
             wk.sn += ds * wk.nn[i];
             for hd in 0..h {
-                ipr[hd] = wk.ip[i * h + hd].max(T::zero());
+                ipr[hd] = relu(wk.ip[i * h + hd], hd);
                 wk.dip[i * h + hd] = T::zero();
             }
             for (si, mem, k) in &self.m.active {

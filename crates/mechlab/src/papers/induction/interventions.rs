@@ -14,11 +14,26 @@
 //! unchanged for the updates `from_step + 1 ..= to_step` (a frozen parameter
 //! does not move under momentum or weight decay either). With no entry the
 //! trainer asks [`Freezes::frozen`] once per group per update and gets `false`.
-//! Clamping a pattern or ablating a head during training is not offered: the
-//! fused training kernel has no hook sites.
+//!
+//! ```toml
+//! [[interventions]]
+//! kind = "ablate"        # zero a layer-1 head's output v^h at every position
+//! head = 1               # 0-based, below model.n_heads
+//! from_step = 0          # as for freeze; omitted to_step: to the end
+//! ```
+//!
+//! `ablate` zeroes the head's output in the forward and backward passes of the
+//! updates in its window (and of the probes run while it lasts), so the head
+//! gets no gradient and the kernel products holding it vanish; an ablation that
+//! lasts to the end also holds for the final measurements. It runs on the general
+//! (direct) path, which has the hook site: `model.path = "auto"` takes that path
+//! when an ablation is configured, and `"table"` is refused. Clamping a head's
+//! pattern is not offered: in the simplified model the layer-1 pattern is a
+//! function of that head's RPE weights alone, so clamping it is freezing them
+//! (`kind = "freeze"`, `params = "W"` freezes every head's).
 //!
 //! ```
-//! use mechlab::papers::induction::interventions::{Intervention, Freezes};
+//! use mechlab::papers::induction::interventions::{Ablations, Intervention, Freezes};
 //! use mechlab::papers::induction::ModelKind;
 //! let iv: Intervention = toml::from_str("kind = 'freeze'\nparams = 'layer1'\nto_step = 10").unwrap();
 //! let f = Freezes::new(&[iv], ModelKind::Simplified).unwrap();
@@ -26,6 +41,9 @@
 //! let bad: Intervention = toml::from_str("kind = 'freeze'\nparams = 'QK'").unwrap();
 //! let e = Freezes::new(&[bad], ModelKind::Simplified).unwrap_err();
 //! assert!(e.contains("interventions[0].params = \"QK\"") && e.contains("allowed"), "{e}");
+//! let ab: Intervention = toml::from_str("kind = 'ablate'\nhead = 1\nfrom_step = 5").unwrap();
+//! let a = Ablations::new(&[ab], 3).unwrap();
+//! assert_eq!((a.mask(4), a.mask(5)), (0, 0b010));
 //! ```
 
 use super::config::ModelKind;
@@ -37,6 +55,8 @@ use serde::{Deserialize, Serialize};
 pub enum InterventionKind {
     /// Hold the parameter groups `params` fixed.
     Freeze,
+    /// Zero the output of layer-1 head `head`.
+    Ablate,
 }
 
 /// One `[[interventions]]` entry.
@@ -44,8 +64,12 @@ pub enum InterventionKind {
 #[serde(deny_unknown_fields)]
 pub struct Intervention {
     pub kind: InterventionKind,
-    /// A parameter group, or `layer1` / `layer2` for every group of that layer.
+    /// `freeze`: a parameter group, or `layer1` / `layer2` for every group of that layer.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub params: String,
+    /// `ablate`: the layer-1 head (0-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<usize>,
     /// The intervention applies from state `from_step` (update `from_step + 1`).
     #[serde(default)]
     pub from_step: u64,
@@ -73,7 +97,14 @@ impl Freezes {
         let (l1, l2) = groups(kind);
         let mut out = Vec::new();
         for (i, iv) in entries.iter().enumerate() {
-            let InterventionKind::Freeze = iv.kind;
+            if iv.kind != InterventionKind::Freeze {
+                continue;
+            }
+            if let Some(h) = iv.head {
+                return Err(format!(
+                    "interventions[{i}].head = {h}: kind = \"freeze\" takes params, not head"
+                ));
+            }
             let named: Vec<&str> = match iv.params.as_str() {
                 "layer1" => l1.to_vec(),
                 "layer2" => l2.to_vec(),
@@ -91,13 +122,7 @@ impl Freezes {
                     ));
                 }
             };
-            let to = iv.to_step.unwrap_or(u64::MAX);
-            if to <= iv.from_step {
-                return Err(format!(
-                    "interventions[{i}].to_step = {to}: must be greater than from_step = {}",
-                    iv.from_step
-                ));
-            }
+            let to = window(i, iv)?;
             out.extend(named.into_iter().map(|g| (g.to_string(), iv.from_step, to)));
         }
         Ok(Freezes(out))
@@ -112,5 +137,67 @@ impl Freezes {
         self.0
             .iter()
             .any(|(g, from, to)| g == group && (*from..*to).contains(&step))
+    }
+}
+
+/// The `from_step .. to_step` window of entry `i` (`to_step` omitted: no end).
+fn window(i: usize, iv: &Intervention) -> Result<u64, String> {
+    let to = iv.to_step.unwrap_or(u64::MAX);
+    if to <= iv.from_step {
+        return Err(format!(
+            "interventions[{i}].to_step = {to}: must be greater than from_step = {}",
+            iv.from_step
+        ));
+    }
+    Ok(to)
+}
+
+/// The resolved head ablations: `(head, from, to)`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ablations(Vec<(usize, u64, u64)>);
+
+impl Ablations {
+    /// Checks every `ablate` entry against the number of heads; the error names
+    /// the key, the value and what is allowed.
+    pub fn new(entries: &[Intervention], n_heads: usize) -> Result<Self, String> {
+        let mut out = Vec::new();
+        for (i, iv) in entries.iter().enumerate() {
+            if iv.kind != InterventionKind::Ablate {
+                continue;
+            }
+            if !iv.params.is_empty() {
+                return Err(format!(
+                    "interventions[{i}].params = {:?}: kind = \"ablate\" takes head, not params",
+                    iv.params
+                ));
+            }
+            let head = match iv.head {
+                Some(h) if h < n_heads => h,
+                Some(h) => {
+                    return Err(format!(
+                        "interventions[{i}].head = {h}: must be below model.n_heads = {n_heads}"
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "interventions[{i}]: kind = \"ablate\" needs head (0..{n_heads})"
+                    ))
+                }
+            };
+            out.push((head, iv.from_step, window(i, iv)?));
+        }
+        Ok(Ablations(out))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The heads ablated (bit `h`) for update `step + 1`.
+    pub fn mask(&self, step: u64) -> u16 {
+        self.0
+            .iter()
+            .filter(|(_, from, to)| (*from..*to).contains(&step))
+            .fold(0, |m, (h, _, _)| m | 1 << h)
     }
 }

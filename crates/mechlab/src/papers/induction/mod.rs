@@ -51,6 +51,8 @@ pub struct Task<M> {
     pub seq_len: usize,
     /// Training-time freezes from `[[interventions]]`.
     pub freezes: interventions::Freezes,
+    /// Training-time head ablations from `[[interventions]]`.
+    pub ablations: interventions::Ablations,
 }
 
 impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
@@ -63,7 +65,11 @@ impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
 }
 
 impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
-    fn train_step(&mut self, _step: u64) -> T {
+    fn train_step(&mut self, step: u64) -> T {
+        if !self.ablations.is_empty() {
+            // Checked in `run_typed`: a model that takes ablations.
+            self.model.set_ablated(self.ablations.mask(step));
+        }
         self.model.loss(&self.tokens, self.seq_len, true)
     }
     fn set_trainable(&mut self, groups: &[String]) {
@@ -234,7 +240,14 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
         tokens: train.tokens.clone(),
         seq_len: cfg.data.seq_len,
         freezes: interventions::Freezes::new(&cfg.interventions, cfg.model.kind).map_err(bad)?,
+        ablations: interventions::Ablations::new(&cfg.interventions, h).map_err(bad)?,
     };
+    // Probes before the first update see the state of update 1.
+    if !task.model.set_ablated(task.ablations.mask(0)) {
+        return Err(bad(
+            "a kind = \"ablate\" intervention needs the direct path (model.path = \"auto\" or \"direct\")".into(),
+        ));
+    }
     let init_pattern = task.model.interior_pattern();
     let names: Vec<String> = task
         .model
@@ -269,6 +282,9 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
         ctx.log("probe", step, &refs)
     };
     let fitted = fit(&mut task, &cfg.train, ctx, &mut probe_fn)?;
+    // The final measurements see the model as training left it: an ablation
+    // that lasts to the end holds, one whose window closed does not.
+    task.model.set_ablated(task.ablations.mask(cfg.train.steps));
 
     // --- final measurements ---
     let model = &mut task.model;

@@ -43,6 +43,12 @@ pub trait InductionModel<T: Float>: Parameters<T> + Send {
     /// Layer-1 pattern `[L+1, H, 2H]` (by distance) and the query's layer-2
     /// pattern `[L]` on one sequence `[L + 1]`.
     fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>);
+    /// Ablates the layer-1 heads of `mask` (bit `h`) in training and evaluation;
+    /// `false` when the model cannot (the table kernels have no hook sites, so
+    /// only `mask = 0` is accepted there).
+    fn set_ablated(&mut self, mask: u16) -> bool {
+        mask == 0
+    }
 }
 
 impl<T: Float> InductionModel<T> for Simplified<T> {
@@ -132,6 +138,10 @@ impl<T: Float> InductionModel<T> for crate::papers::induction::direct::Direct<T>
     }
     fn patterns(&mut self, seq: &[u8], l: usize) -> (Vec<f64>, Vec<f64>) {
         Self::patterns(self, seq, l)
+    }
+    fn set_ablated(&mut self, mask: u16) -> bool {
+        Self::set_ablated(self, mask);
+        true
     }
 }
 
