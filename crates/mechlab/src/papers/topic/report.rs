@@ -33,6 +33,8 @@ pub struct FinalProbes {
     pub value_rows: Vec<f64>,
     pub embeddings: Vec<f64>,
     pub d_model: usize,
+    /// The uniform-attention check ([`super::causal`]), attention presets only.
+    pub causal: Option<super::causal::UniformAttention>,
 }
 
 /// First step at which `y` reaches `frac` of its last value (None if it never does
@@ -147,6 +149,9 @@ pub fn report(
             ),
             p.attention.same_mass > p.attention.same_mass_uniform,
         );
+    }
+    if let Some(c) = &f.causal {
+        super::causal::verdict(c, &mut s);
     }
     let (px, vg) = series(&records, "probe", "value_gap");
     let (_, ag) = series(&records, "probe", "attention_gap");
@@ -278,6 +283,18 @@ fn notes(cfg: &TopicConfig, f: &FinalProbes, dev0: f64, best: f64, best_epoch: f
     n += "The authors' numbers come from their committed demo (one-hot embeddings inside Hugging Face's BERT embedding block, \
           frozen uniform attention, decoder frozen to the identity); they are comparable to ours only with `model.bert_embedding_ln = true`. \
           Topics are looked up by word index and special tokens are excluded (the authors' inspection code uses the token id, off by the 4 specials, and keeps the specials).\n";
+    if let Some(c) = &f.causal {
+        n += &format!(
+            "\n## Causal check: uniform attention\n\nDev loss on the first {} dev documents through the hook points, \
+             `blocks.0.attn.hook_pattern` patched (prediction fixed before measuring: Δ uniform ≥ 1 % of trained, Δ permuted ≥ ½ Δ uniform, Δ own = 0).\n\n\
+             | pattern | dev loss | Δ vs trained |\n|---|---|---|\n\
+             | trained (no hook; fused kernel {:.5}) | {:.5} | — |\n\
+             | uniform over visible keys | {:.5} | {:+.5} |\n\
+             | trained weights, keys permuted per row (control) | {:.5} | {:+.5} |\n\
+             | the model's own pattern (identity) | {:.5} | {:+e} |\n",
+            c.docs, c.fused, c.trained, c.uniform, c.delta_uniform(), c.permuted, c.delta_permuted(), c.own, c.delta_own()
+        );
+    }
     n
 }
 

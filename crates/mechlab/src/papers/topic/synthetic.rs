@@ -79,6 +79,15 @@ pub(super) fn run_typed<T: Float>(
     let final_probes = measure(&run.model, &dev, docs, nt, &topics, &control);
     ctx.record_activations(&[record_patterns(&run.model, &dev, 8)])?;
     let test_loss = dev_loss(&mut run.model, &test, batch);
+    // The causal check reads the best checkpoint and a fixed sub-stream only.
+    let causal = if attn_trained {
+        Some(
+            super::causal::uniform_attention(&mut run.model, &dev, batch, seed)
+                .map_err(|e| ExperimentError::Data(format!("uniform-attention check: {e}")))?,
+        )
+    } else {
+        None
+    };
     let fin = FinalProbes {
         probes: final_probes,
         bound,
@@ -89,6 +98,7 @@ pub(super) fn run_typed<T: Float>(
         value_rows: value_rows(&run.model),
         embeddings: run.model.token_embeddings(),
         d_model: run.model.d_model(),
+        causal,
     };
     report(ctx, cfg, &lda, &fin)
 }
