@@ -181,14 +181,16 @@ mod tests {
     }
 
     /// AFL findings on `bert_tokenizer`: panics inside the `tokenizers` crate (a
-    /// JSON error in a decoder, a template's special token missing), a control
-    /// character in its message, and an encoding whose lists differ in length are
-    /// each an error naming the file.
+    /// JSON error in a decoder, a template's special token missing, a single-text
+    /// template using sequence B), a control character in its message, and a special
+    /// token whose ids and tokens differ in length are each an error naming the file,
+    /// found before the crate gets to panic.
     #[test]
     fn tokenizer_findings_are_clear_errors() {
         for (name, want) in [
             ("finding-decoder", "tokenizer.json: not valid JSON"),
-            ("finding-template", "tokenizers library failed"),
+            ("finding-template", "is not in special_tokens"),
+            ("finding-single-b", "cannot use sequence B"),
             ("finding-control", "\\u{7f}"),
             ("finding-length", "ids but"),
         ] {

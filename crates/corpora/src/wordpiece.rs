@@ -66,8 +66,9 @@ impl PretrainedTokenizer {
             // inside a decoder, found by fuzzing): check the JSON first, and turn
             // any panic left into this error.
             let text = std::fs::read(&json).map_err(|e| bad(&json, &e))?;
-            serde_json::from_slice::<serde_json::Value>(&text)
+            let value = serde_json::from_slice::<serde_json::Value>(&text)
                 .map_err(|e| bad(&json, &format!("not valid JSON: {e}")))?;
+            check_templates(&value["post_processor"]).map_err(|e| bad(&json, &e))?;
             let read = no_panic(|| Tokenizer::from_bytes(&text)).map_err(|e| bad(&json, &e))?;
             (read.map_err(|e| bad(&json, &e))?, json)
         } else if vocab.is_file() {
@@ -160,6 +161,57 @@ fn bert_from_vocab(vocab: &Path) -> tokenizers::Result<Tokenizer> {
         ("[CLS]".into(), cls),
     )));
     Ok(tok)
+}
+
+/// Refuses a `TemplateProcessing` post-processor (also inside a `Sequence` of
+/// processors) that `tokenizers` accepts but then panics on when it encodes (found
+/// by fuzzing): a template naming a special token that `special_tokens` lacks, a
+/// `single` template with the second sequence `B`, or a special token whose `ids`
+/// and `tokens` differ in length.
+fn check_templates(pp: &serde_json::Value) -> Result<(), String> {
+    match pp["type"].as_str() {
+        Some("Sequence") => pp["processors"]
+            .as_array()
+            .map_or(Ok(()), |ps| ps.iter().try_for_each(check_templates)),
+        Some("TemplateProcessing") => {
+            let special = &pp["special_tokens"];
+            for (key, tok) in special.as_object().into_iter().flatten() {
+                let len = |k: &str| tok[k].as_array().map(Vec::len);
+                if len("ids") != len("tokens") {
+                    return Err(format!(
+                        "post_processor: special token `{}` has {} ids but {} tokens",
+                        excerpt_str(key),
+                        len("ids").unwrap_or(0),
+                        len("tokens").unwrap_or(0)
+                    ));
+                }
+            }
+            for which in ["single", "pair"] {
+                for piece in pp[which].as_array().into_iter().flatten() {
+                    if let Some(id) = piece["SpecialToken"]["id"].as_str() {
+                        if special.get(id).is_none() {
+                            return Err(format!(
+                                "post_processor.{which}: special token `{}` is not in special_tokens",
+                                excerpt_str(id)
+                            ));
+                        }
+                    }
+                    if which == "single" && piece["Sequence"]["id"].as_str() == Some("B") {
+                        return Err(
+                            "post_processor.single: a single-text template cannot use sequence B"
+                                .into(),
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn excerpt_str(s: &str) -> String {
+    crate::error::excerpt(s, 60)
 }
 
 /// A message on one line, control characters escaped, cut short.

@@ -1,7 +1,7 @@
 //! Attention-SVM (Tarzanagh et al. 2023): the trained W turns towards the
 //! attention-SVM of the tokens it selects and away from a wrong selection (the
-//! control), (K, Q) training leaves that direction, and a run is bit-identical for
-//! one seed.
+//! control), (K, Q) training leaves that direction for the nuclear-norm SVM's, and a
+//! run is bit-identical for one seed.
 
 use mechlab::experiment::{find, ExperimentError};
 use mechlab::run::summary::Summary;
@@ -55,6 +55,22 @@ fn kq_training_leaves_the_frobenius_direction() {
     let s = run_preset("attention-svm-kq", &[], tmp.path()).unwrap();
     assert!(s.metrics["corr_sel"] < 0.9, "{s:?}");
     assert!(s.metrics["w_norm"] > 10.0, "{s:?}");
+}
+
+/// Before the softmax saturates (about step 260 here, see docs/attention-svm.md),
+/// W = K Qᵀ points along the nuclear-norm SVM of its selection, well away from the
+/// Frobenius one; measured against a wrong selection it does not.
+#[test]
+fn kq_turns_to_the_nuclear_norm_svm_before_saturation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = ["seed=2", "train.steps=260"];
+    let s = run_preset("attention-svm-kq", &set, &tmp.path().join("ok")).unwrap();
+    let (nuc, fro) = (s.metrics["corr_nuc"], s.metrics["corr_sel"]);
+    assert!(nuc > 0.9 && nuc > fro + 0.1, "{s:?}");
+    assert!(s.metrics["rank_nuc"] < s.metrics["rank_mm"], "{s:?}");
+    let swap = [&set[..], &["probe.swap_selected=true"]].concat();
+    let bad = run_preset("attention-svm-kq", &swap, &tmp.path().join("swap")).unwrap();
+    assert!(bad.metrics["corr_nuc"] < 0.5, "{bad:?}");
 }
 
 #[test]
