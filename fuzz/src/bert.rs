@@ -182,7 +182,7 @@ mod tests {
 
     /// AFL findings on `bert_tokenizer`: panics inside the `tokenizers` crate (a
     /// JSON error in a decoder, a template's special token missing, a single-text
-    /// template using sequence B), a control character in its message, and a special
+    /// template using sequence B, also under a misspelt `type`), a control character in its message, and a special
     /// token whose ids and tokens differ in length are each an error naming the file,
     /// found before the crate gets to panic.
     #[test]
@@ -191,6 +191,7 @@ mod tests {
             ("finding-decoder", "tokenizer.json: not valid JSON"),
             ("finding-template", "is not in special_tokens"),
             ("finding-single-b", "cannot use sequence B"),
+            ("finding-untagged-type", "is not in special_tokens"),
             ("finding-control", "\\u{7f}"),
             ("finding-length", "ids but"),
         ] {

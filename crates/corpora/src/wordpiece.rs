@@ -168,12 +168,20 @@ fn bert_from_vocab(vocab: &Path) -> tokenizers::Result<Tokenizer> {
 /// by fuzzing): a template naming a special token that `special_tokens` lacks, a
 /// `single` template with the second sequence `B`, or a special token whose `ids`
 /// and `tokens` differ in length.
+///
+/// The processor is recognised by its fields, not its `type`: `tokenizers` reads
+/// post-processors untagged, so a misspelt `type` still loads as a template.
 fn check_templates(pp: &serde_json::Value) -> Result<(), String> {
-    match pp["type"].as_str() {
-        Some("Sequence") => pp["processors"]
-            .as_array()
-            .map_or(Ok(()), |ps| ps.iter().try_for_each(check_templates)),
-        Some("TemplateProcessing") => {
+    if let Some(ps) = pp["processors"].as_array() {
+        ps.iter().try_for_each(check_templates)?;
+    }
+    match pp
+        .get("single")
+        .or(pp.get("pair"))
+        .or(pp.get("special_tokens"))
+    {
+        None => Ok(()),
+        Some(_) => {
             let special = &pp["special_tokens"];
             for (key, tok) in special.as_object().into_iter().flatten() {
                 let len = |k: &str| tok[k].as_array().map(Vec::len);
@@ -206,7 +214,6 @@ fn check_templates(pp: &serde_json::Value) -> Result<(), String> {
             }
             Ok(())
         }
-        _ => Ok(()),
     }
 }
 
