@@ -239,3 +239,57 @@ fn an_ablated_head_gets_no_gradient_and_changes_the_run() {
         assert!(!d.join("bad").exists());
     }
 }
+
+/// With layer 1 frozen for the whole run and a parent outside every head's
+/// initial window, the run judges the frozen-copier claim instead of the
+/// formation claims; frozen for part of the run, it judges the formation claims.
+/// (The claim itself, with its free control, is the `induction-copier` pair in
+/// `mechlab reproduce`: about 14 s each, too long for a test.)
+#[test]
+fn a_copier_frozen_throughout_is_judged_by_the_causal_claim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let verdicts = |name: &str, body: &str| -> Vec<String> {
+        let cfg = config(d, &format!("{name}.toml"), body);
+        ok(
+            d,
+            &["run", &cfg, "--out", name, "--set", "data.parents=[1, 4]"],
+        );
+        let s: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(d.join(name).join("summary.json")).unwrap(),
+        )
+        .unwrap();
+        s["verdicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["claim"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let frozen = verdicts(
+        "frozen",
+        "[[interventions]]\nkind = \"freeze\"\nparams = \"W\"\n",
+    );
+    assert!(
+        frozen
+            .iter()
+            .any(|c| c.starts_with("causal: with the layer-1 copier frozen")),
+        "{frozen:?}"
+    );
+    assert!(
+        !frozen.iter().any(|c| c.starts_with("selector")),
+        "{frozen:?}"
+    );
+    let part = verdicts(
+        "part",
+        "[[interventions]]\nkind = \"freeze\"\nparams = \"W\"\nto_step = 4\n",
+    );
+    assert!(
+        part.iter().any(|c| c.starts_with("selector: the winning")),
+        "{part:?}"
+    );
+    assert!(
+        !part.iter().any(|c| c.contains("copier frozen")),
+        "{part:?}"
+    );
+}

@@ -132,6 +132,13 @@ impl Freezes {
         self.0.is_empty()
     }
 
+    /// Whether `group` is frozen for every update (from step 0, no end).
+    pub fn always(&self, group: &str) -> bool {
+        self.0
+            .iter()
+            .any(|(g, from, to)| g == group && *from == 0 && *to == u64::MAX)
+    }
+
     /// Whether `group` is frozen for update `step + 1`.
     pub fn frozen(&self, step: u64, group: &str) -> bool {
         self.0

@@ -98,6 +98,8 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("induction-bigram"),
     crate::preset!("induction-noncontiguous"),
     crate::preset!("induction-vocab10"),
+    crate::preset!("induction-copier"),
+    crate::preset!("induction-copier-frozen"),
 ];
 
 impl Paper for Induction {
@@ -147,6 +149,9 @@ impl Paper for Induction {
             ReproduceItem::new("induction-noncontiguous", REPRODUCE_SHORT),
             ReproduceItem::new("induction-bigram", REPRODUCE_SHORT),
             ReproduceItem::new("induction-vocab10", REPRODUCE_GENERAL),
+            // The frozen-copier verdict and its control (docs/interventions.md).
+            ReproduceItem::new("induction-copier", REPRODUCE_COPIER),
+            ReproduceItem::new("induction-copier-frozen", REPRODUCE_COPIER),
         ]
     }
 }
@@ -208,6 +213,9 @@ pub const REPRODUCE_OVERRIDES: &[&str] = &["train.steps=1500", "probe.gen_n=500"
 /// The S = 10 preset's schedule under `mechlab reproduce induction` (the direct
 /// path; see `docs/induction.md`).
 pub const REPRODUCE_GENERAL: &[&str] = &["train.steps=300", "probe.gen_n=200"];
+/// The copier pair's schedule under `mechlab reproduce induction`: head 2 moves
+/// onto distance 4 between epochs 600 and 1 000 when free (seed 2024).
+pub const REPRODUCE_COPIER: &[&str] = &["train.steps=1200", "probe.gen_n=300"];
 /// The variants' shortened schedule under `mechlab reproduce induction`.
 pub const REPRODUCE_SHORT: &[&str] = &["train.steps=600", "probe.gen_n=300"];
 
@@ -468,46 +476,76 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
             pick(g.model),
         );
     }
-    s.verdict(
-        "selector: the winning kernel subset's heads copy the true parents",
-        &format!("distances {truth:?}"),
-        format!(
-            "{} (share {:.3}) copies {:?}",
-            names[model
-                .subsets()
-                .iter()
-                .position(|m| *m == sel.mask)
-                .unwrap_or(0)],
-            sel.share,
-            sel.distances
-        ),
-        sel.distances == truth && sel.share > 0.5,
-    );
-    s.verdict(
-        "selector = argmax of the modified χ² mutual information (|P| ≤ D)",
-        &format!("{mi_best:?}"),
-        format!("{:?}", sel.distances),
-        sel.distances == mi_best,
-    );
-    let (pu, pb) = (pick(uniform), pick(bayes));
-    let vloss = if code { val_code } else { val_nll };
-    s.verdict(
-        "the loss falls well below the uniform-attention baseline, towards Bayes",
-        &format!("< uniform {pu:.3} − ½(uniform − Bayes {pb:.3})"),
-        format!("{vloss:.4}"),
-        vloss < pu - 0.5 * (pu - pb),
-    );
+    // With the copier frozen from the start and a parent outside every head's
+    // initial window (head k starts on distance k + 1), the paper's mechanism
+    // cannot form: the run judges that instead of the formation claims.
+    let unreachable: Vec<usize> = truth.iter().copied().filter(|&p| p > h).collect();
+    if task.freezes.always("W") && !unreachable.is_empty() {
+        let final_pat = model.interior_pattern();
+        let reach: Vec<f64> = unreachable
+            .iter()
+            .map(|&p| {
+                (0..h)
+                    .map(|hd| final_pat[hd * nd + p - 1])
+                    .fold(0.0, f64::max)
+            })
+            .collect();
+        s.verdict(
+            "causal: with the layer-1 copier frozen at initialisation, no head reaches a parent outside the initial windows and the selector misses the true parents",
+            &format!(
+                "the winning subset does not copy {truth:?}; control: the same run without the freeze (induction-copier) does"
+            ),
+            format!(
+                "{} (share {:.3}) copies {:?}; largest attention on distance {unreachable:?}: {reach:.3?}",
+                names[model.subsets().iter().position(|m| *m == sel.mask).unwrap_or(0)],
+                sel.share,
+                sel.distances
+            ),
+            sel.distances != truth,
+        );
+    } else {
+        s.verdict(
+            "selector: the winning kernel subset's heads copy the true parents",
+            &format!("distances {truth:?}"),
+            format!(
+                "{} (share {:.3}) copies {:?}",
+                names[model
+                    .subsets()
+                    .iter()
+                    .position(|m| *m == sel.mask)
+                    .unwrap_or(0)],
+                sel.share,
+                sel.distances
+            ),
+            sel.distances == truth && sel.share > 0.5,
+        );
+        s.verdict(
+            "selector = argmax of the modified χ² mutual information (|P| ≤ D)",
+            &format!("{mi_best:?}"),
+            format!("{:?}", sel.distances),
+            sel.distances == mi_best,
+        );
+        let (pu, pb) = (pick(uniform), pick(bayes));
+        let vloss = if code { val_code } else { val_nll };
+        s.verdict(
+            "the loss falls well below the uniform-attention baseline, towards Bayes",
+            &format!("< uniform {pu:.3} − ½(uniform − Bayes {pb:.3})"),
+            format!("{vloss:.4}"),
+            vloss < pu - 0.5 * (pu - pb),
+        );
+        let dist = probe::head_distances::<T, M>(model);
+        causal::verdicts(
+            model, &val, &truth, &sel.heads, &dist, uniform.1, floor, &mut s,
+        )
+        .map_err(|e| bad(e.to_string()))?;
+    }
+
     s.verdict(
         "classifier: a grows",
         &format!("a ≫ a_init = {}", cfg.model.a_init),
         format!("{a_final:.3}"),
         a_final > 10.0 * cfg.model.a_init.abs().max(0.01),
     );
-    let dist = probe::head_distances::<T, M>(model);
-    causal::verdicts(
-        model, &val, &truth, &sel.heads, &dist, uniform.1, floor, &mut s,
-    )
-    .map_err(|e| bad(e.to_string()))?;
 
     let mi_table: String = mi_all
         .iter()
