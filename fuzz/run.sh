@@ -24,13 +24,13 @@ build() {
 
 # Keeps the smallest set of inputs that covers the queue's edges (hit counts
 # ignored), smallest first up to a size budget so the repository stays small,
-# plus the hand-written regression cases (named finding-*).
+# plus the hand-written regression cases (finding-*) and seeds that tests read (seed-*).
 minimise() {
     local target=$1 min="$OUT/$1.min" budget=$((32 * 1024)) used=0 n=0
     rm -rf "$min"
     nice -n 19 cargo afl cmin -e -i "$OUT/$target/default/queue" -o "$min" -t 1000 -m 1024 \
         -- "$BIN" "$target" >"$OUT/$target.cmin.log" 2>&1
-    find "$CORPUS/$target" -type f ! -name 'finding-*' -delete
+    find "$CORPUS/$target" -type f ! -name 'finding-*' ! -name 'seed-*' -delete
     while read -r size f; do
         used=$((used + size))
         [ "$used" -le "$budget" ] || break

@@ -146,9 +146,8 @@ pub struct Direct<T: Float> {
     /// The `(n, L)` the workspaces are sized for.
     shape: (usize, usize),
     pub(crate) train: [bool; 3], // W, C, a
-    /// Layer-1 heads ablated (bit `h`): their output `v^h` is zero at every
-    /// position, so `ip_h = 0`, the kernel products holding `h` vanish and no
-    /// gradient reaches the head (the training-time `ablate` intervention).
+    /// Layer-1 heads ablated (bit `h`; the `ablate` intervention): `v^h = 0`, so
+    /// `ip_h = 0`, the kernel products holding `h` vanish and `h` gets no gradient.
     ablated: u16,
 }
 
@@ -231,11 +230,6 @@ impl<T: Float> Direct<T> {
     /// forward and backward from now on.
     pub fn set_ablated(&mut self, mask: u16) {
         self.ablated = mask;
-    }
-
-    /// The heads ablated (bit `h`).
-    pub fn ablated(&self) -> u16 {
-        self.ablated
     }
 
     /// Which groups get gradients (the simplified model; the full model trains all).
