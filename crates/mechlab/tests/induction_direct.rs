@@ -332,6 +332,14 @@ fn training_time_ablation_is_the_hooked_zero_ablation_of_the_head_output() {
         for head in 0..h {
             g.set_ablated(1 << head);
             let ablated = predict(&mut g);
+            // The hooked forward of an ablated model is ablated too.
+            let (own, _) = g.run_with_cache(&batch, &[]).unwrap();
+            close(
+                &ablated,
+                &own.data,
+                1e-12,
+                &format!("{kind:?} head {head}, cache"),
+            );
             g.set_ablated(0);
             let hooked = g
                 .run_with_hooks(

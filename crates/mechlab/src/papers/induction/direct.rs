@@ -148,7 +148,7 @@ pub struct Direct<T: Float> {
     pub(crate) train: [bool; 3], // W, C, a
     /// Layer-1 heads ablated (bit `h`; the `ablate` intervention): `v^h = 0`, so
     /// `ip_h = 0`, the kernel products holding `h` vanish and `h` gets no gradient.
-    ablated: u16,
+    pub(crate) ablated: u16,
 }
 
 /// Read-only state every chunk shares in a step.

@@ -69,6 +69,9 @@ struct View {
     c: Vec<f64>,
     a: f64,
     subsets: Vec<u32>,
+    /// Heads ablated by a training-time intervention (bit `h`; direct path only):
+    /// their feature is zero, as in the model's own forward.
+    ablated: u16,
 }
 
 fn wide<T: Float>(p: &Param<T>) -> Vec<f64> {
@@ -85,6 +88,7 @@ impl View {
             c: wide(&m.c),
             a: m.a.value()[0].as_f64(),
             subsets: m.subsets.clone(),
+            ablated: 0,
         }
     }
 
@@ -103,6 +107,7 @@ impl View {
             c: wide(&m.c),
             a: m.a.value()[0].as_f64(),
             subsets: m.subsets.clone(),
+            ablated: 0,
         }
     }
 
@@ -122,6 +127,7 @@ impl View {
             c: wide(&m.c),
             a: m.a.value()[0].as_f64(),
             subsets: m.subsets.clone(),
+            ablated: m.ablated,
         }
     }
 
@@ -319,6 +325,13 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
                 for (kk, e) in row.iter_mut().enumerate() {
                     *e = (*e - mean) * rstd * f.ln_w[kk] + f.ln_b[kk];
                 }
+            }
+        }
+    }
+    if v.ablated != 0 {
+        for (k, row) in feat.data.chunks_mut(s).enumerate() {
+            if v.ablated >> (k % h) & 1 == 1 {
+                row.iter_mut().for_each(|e| *e = 0.0);
             }
         }
     }
