@@ -8,7 +8,7 @@
 //! `cargo run --release --example bench_intervention [epochs] [rounds]`
 
 use mechlab::papers::induction::data::{generate, MarkovSpec};
-use mechlab::papers::induction::interventions::{Ablations, Freezes, Intervention};
+use mechlab::papers::induction::interventions::{Freezes, HeadInterventions, Intervention};
 use mechlab::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use mechlab::papers::induction::{ModelKind, Task};
 use mechlab::run::RunCtx;
@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
                 seq_len: 100,
                 freezes: Freezes::new(&entries, ModelKind::Simplified)
                     .map_err(anyhow::Error::msg)?,
-                ablations: Ablations::default(),
+                heads: HeadInterventions::default(),
             };
             let mut ctx = RunCtx::create(
                 &tmp.path().join(format!("r{r}v{v}")),

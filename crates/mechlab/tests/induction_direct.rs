@@ -383,3 +383,77 @@ fn training_time_ablation_is_the_hooked_zero_ablation_of_the_head_output() {
         check(&mut f, &x0, &gr, DEFAULT_H).assert_below(1e-6, &format!("ablated {kind:?}"));
     }
 }
+
+/// The training-time `clamp` intervention (`Direct::set_clamped`, simplified
+/// model): clamping changes nothing at the moment it starts; afterwards the
+/// clamped head's pattern ignores its `W` column (predictions, the hooked forward
+/// and the probes' pattern all stay put when that column moves), its `W` gets no
+/// gradient, the gradients match finite differences, and unclamping reads `W`
+/// again.
+#[test]
+fn a_clamped_pattern_ignores_its_weights_and_gets_no_gradient() {
+    use mechlab_engine::hooks::{Batch, HookedModel};
+    let (s, h, l) = (6, 3, 16);
+    let tokens = data(s, l, 12, vec![1, 2], 43);
+    let n = tokens.len() / (l + 1);
+    let mut g = Direct::<f64>::new(&DirectConfig {
+        d_vocab: s,
+        n_heads: h,
+        w_plus: 1.0,
+        ..DirectConfig::default()
+    });
+    let x0 = perturb(&flat(&g), 0.3);
+    set(&mut g, &x0);
+    let predict = |g: &mut Direct<f64>| {
+        let mut p = vec![0.0; n * s];
+        g.predict(&tokens, l, &mut p);
+        p
+    };
+    let ctx: Vec<u32> = (0..n)
+        .flat_map(|b| {
+            tokens[b * (l + 1)..b * (l + 1) + l]
+                .iter()
+                .map(|&t| t as u32)
+        })
+        .collect();
+    let batch = Batch::new(ctx, n, l);
+    let clean = predict(&mut g);
+    let pattern = g.interior_pattern();
+    g.set_clamped(0b010);
+    assert_eq!(predict(&mut g), clean, "clamping changes nothing at once");
+    // move head 1's RPE logits (blocks.0.attn.W_pos [2H-1, H], column 1)
+    let mut x1 = x0.clone();
+    for r in 0..2 * h - 1 {
+        x1[r * h + 1] += 0.7 * (r as f64 + 1.0);
+    }
+    set(&mut g, &x1);
+    assert_eq!(predict(&mut g), clean, "a clamped head ignores its W");
+    assert_eq!(g.interior_pattern(), pattern);
+    let (y, _) = g.run_with_cache(&batch, &[]).unwrap();
+    close(
+        &clean,
+        &y.data,
+        1e-12,
+        "hooked forward of the clamped model",
+    );
+    g.zero_grad();
+    g.loss(&tokens, l, true);
+    let gr = grads(&g);
+    assert!((0..2 * h - 1).all(|r| gr[r * h + 1] == 0.0), "{gr:?}");
+    assert!(
+        (0..2 * h - 1).any(|r| gr[r * h] != 0.0),
+        "the other heads train"
+    );
+    let mut f = |x: &[f64]| {
+        set(&mut g, x);
+        g.loss(&tokens, l, false)
+    };
+    check(&mut f, &x1, &gr, DEFAULT_H).assert_below(1e-6, "clamped");
+    set(&mut g, &x1);
+    g.set_clamped(0);
+    assert_ne!(
+        predict(&mut g),
+        clean,
+        "unclamped, head 1 reads its moved W"
+    );
+}

@@ -293,3 +293,75 @@ fn a_copier_frozen_throughout_is_judged_by_the_causal_claim() {
         "{part:?}"
     );
 }
+
+/// `kind = "clamp"`: the head's probed pattern stays at its value from the state
+/// the window opens to the state it closes while the other heads move, and a run
+/// resumed from a checkpoint inside the window (the head's W has moved under
+/// Adam's momentum by then) ends bit-identical to the uninterrupted one. The full
+/// model and the table path are refused.
+#[test]
+fn a_clamped_pattern_holds_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let clamp = "[[interventions]]\nkind = \"clamp\"\nhead = 0\nfrom_step = 2\nto_step = 6\n";
+    let cfg = config(d, "clamp.toml", clamp);
+    let every = [
+        "--set",
+        "run.checkpoint_every=2",
+        "--set",
+        "run.probe_every=1",
+    ];
+    ok(d, &[&["run", &cfg, "--out", "a"][..], &every].concat());
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(d.join("a/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r.get("pattern.h0.d1").is_some())
+        .collect();
+    let at = |step: u64, key: &str| {
+        rows.iter()
+            .find(|r| r["step"] == step)
+            .map(|r| r[key].as_f64().unwrap())
+            .unwrap_or_else(|| panic!("no probe at {step}"))
+    };
+    for st in 3..=6 {
+        assert_eq!(
+            at(st, "pattern.h0.d1"),
+            at(2, "pattern.h0.d1"),
+            "state {st}"
+        );
+    }
+    assert_ne!(
+        at(6, "pattern.h1.d2"),
+        at(2, "pattern.h1.d2"),
+        "head 1 trains"
+    );
+    assert_ne!(
+        at(8, "pattern.h0.d1"),
+        at(6, "pattern.h0.d1"),
+        "free again after 6"
+    );
+    // resume from state 4, inside the window
+    ok(d, &[&["run", &cfg, "--out", "b"][..], &every].concat());
+    for st in ["step_000006", "step_000008"] {
+        std::fs::remove_file(d.join(format!("b/checkpoints/{st}.safetensors"))).unwrap();
+    }
+    std::fs::remove_file(d.join("b/summary.json")).unwrap();
+    ok(d, &["resume", "b"]);
+    let read = |r: &str, f: &str| std::fs::read_to_string(d.join(r).join(f)).unwrap();
+    assert_eq!(read("a", "metrics.jsonl"), read("b", "metrics.jsonl"));
+    let metrics = |r: &str| {
+        serde_json::from_str::<serde_json::Value>(&read(r, "summary.json")).unwrap()["metrics"]
+            .clone()
+    };
+    assert_eq!(metrics("a"), metrics("b"));
+    for (set, expect) in [
+        ("model.kind=\"full\"", "needs model.kind = \"simplified\""),
+        ("model.path=\"table\"", "needs the direct path"),
+    ] {
+        let out = mechlab(d, &["run", &cfg, "--out", "bad", "--set", set]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(expect), "{expect:?} not in {err}");
+    }
+}

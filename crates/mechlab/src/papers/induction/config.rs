@@ -3,7 +3,7 @@
 
 use super::data::Variant;
 use super::full::Full;
-use super::interventions::{Ablations, Freezes, Intervention, InterventionKind};
+use super::interventions::{Freezes, HeadInterventions, Intervention, InterventionKind};
 use super::layer2::LossKind;
 use super::simplified::Simplified;
 use crate::experiment::Dtype;
@@ -190,11 +190,11 @@ fn table_fits(cfg: &InductionConfig) -> Result<(), String> {
 
 /// Whether the run uses the window-table kernel (`model.path`, resolved).
 pub fn uses_table(cfg: &InductionConfig) -> bool {
-    // A head ablation needs the direct path's hook site.
+    // A head ablation or clamp needs the direct path's hook sites.
     let ablates = cfg
         .interventions
         .iter()
-        .any(|iv| iv.kind == InterventionKind::Ablate);
+        .any(|iv| iv.kind != InterventionKind::Freeze);
     match cfg.model.path {
         ModelPath::Auto => !ablates && table_fits(cfg).is_ok(),
         ModelPath::Table => true,
@@ -284,10 +284,15 @@ pub fn check(cfg: &InductionConfig) -> Result<(), String> {
         ));
     }
     Freezes::new(&cfg.interventions, m.kind)?;
-    let ablations = Ablations::new(&cfg.interventions, m.n_heads)?;
-    if !ablations.is_empty() && m.path == ModelPath::Table {
+    let heads = HeadInterventions::new(&cfg.interventions, m.n_heads)?;
+    if !heads.is_empty() && m.path == ModelPath::Table {
         return Err(
-            "model.path = \"table\": a kind = \"ablate\" intervention needs the direct path's hook site; use model.path = \"auto\" or \"direct\"".into(),
+            "model.path = \"table\": a kind = \"ablate\" or \"clamp\" intervention needs the direct path's hook sites; use model.path = \"auto\" or \"direct\"".into(),
+        );
+    }
+    if heads.has(InterventionKind::Clamp) && m.kind == ModelKind::Full {
+        return Err(
+            "interventions: kind = \"clamp\" needs model.kind = \"simplified\" (the full model's layer-1 pattern also depends on W_Q, W_K and the tokens)".into(),
         );
     }
     if !(cfg.data.alpha.is_finite() && cfg.data.alpha > 0.0) {

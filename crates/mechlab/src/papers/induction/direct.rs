@@ -149,6 +149,9 @@ pub struct Direct<T: Float> {
     /// Layer-1 heads ablated (bit `h`; the `ablate` intervention): `v^h = 0`, so
     /// `ip_h = 0`, the kernel products holding `h` vanish and `h` gets no gradient.
     pub(crate) ablated: u16,
+    /// `clamp`: heads clamped (bit `h`), and the RPE logits `[2H-1, H]` they read.
+    pub(crate) clamped: u16,
+    pub(crate) clamp_w: Vec<T>,
 }
 
 /// Read-only state every chunk shares in a step.
@@ -223,13 +226,9 @@ impl<T: Float> Direct<T> {
             shape: (usize::MAX, usize::MAX),
             train: [true; 3],
             ablated: 0,
+            clamped: 0,
+            clamp_w: vec![T::zero(); nd * h],
         }
-    }
-
-    /// Ablates the layer-1 heads whose bits are set in `mask` (0: none), in every
-    /// forward and backward from now on.
-    pub fn set_ablated(&mut self, mask: u16) {
-        self.ablated = mask;
     }
 
     /// Which groups get gradients (the simplified model; the full model trains all).
@@ -300,8 +299,7 @@ impl<T: Float> Direct<T> {
 
     /// Each head's RPE attention over distances `1..=2H-1` where all exist: `[H, 2H-1]`.
     pub fn interior_pattern(&self) -> Vec<f64> {
-        let w: Vec<f64> = self.w.value().iter().map(|x| x.as_f64()).collect();
-        super::probes::rpe_pattern(&w, self.cfg.n_heads)
+        super::probes::rpe_pattern(&self.w_seen(), self.cfg.n_heads)
     }
 
     /// Mean loss over `tokens` (`[n, l+1]`, target last); with `grad`, accumulates
@@ -409,7 +407,8 @@ impl<T: Float> Direct<T> {
                 // d pattern → W through each (head, distances present) softmax
                 let dw = self.w.grad_mut();
                 let mut g = [T::zero(); 8];
-                for hd in 0..h {
+                // A clamped head's pattern does not read W: no gradient.
+                for hd in (0..h).filter(|hd| self.clamped >> hd & 1 == 0) {
                     for m in 1..=h {
                         let po = (hd * (h + 1) + m) * h;
                         for j in 0..m {

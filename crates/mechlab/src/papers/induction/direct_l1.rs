@@ -32,14 +32,74 @@ fn present(i: usize, hd: usize, h: usize) -> usize {
 }
 
 impl<T: Float> Direct<T> {
+    /// Ablates the layer-1 heads whose bits are set in `mask` (0: none), in every
+    /// forward and backward from now on.
+    pub fn set_ablated(&mut self, mask: u16) {
+        self.ablated = mask;
+    }
+
+    /// Clamps the layer-1 patterns of the heads in `mask` (simplified model): a
+    /// head newly in the mask keeps a copy of its RPE logits as they are now.
+    pub fn set_clamped(&mut self, mask: u16) {
+        let h = self.cfg.n_heads;
+        for hd in (0..h).filter(|hd| (mask & !self.clamped) >> hd & 1 == 1) {
+            for r in 0..2 * h - 1 {
+                self.clamp_w[r * h + hd] = self.w.value()[r * h + hd];
+            }
+        }
+        self.clamped = mask;
+    }
+
+    /// `W_pos` as the patterns read it: clamped heads' columns from their copy.
+    pub(crate) fn w_seen(&self) -> Vec<f64> {
+        let h = self.cfg.n_heads;
+        let w = self.w.value();
+        (0..w.len())
+            .map(|k| {
+                let src = if self.clamped >> (k % h) & 1 == 1 {
+                    &self.clamp_w
+                } else {
+                    w
+                };
+                src[k].as_f64()
+            })
+            .collect()
+    }
+
+    /// The clamp's state for a checkpoint: the mask and the copied logits.
+    pub fn clamp_state(&self) -> (u16, Vec<f64>) {
+        (
+            self.clamped,
+            self.clamp_w.iter().map(|x| x.as_f64()).collect(),
+        )
+    }
+
+    /// Restores [`Direct::clamp_state`]; `false` when the sizes differ.
+    pub fn load_clamp_state(&mut self, mask: u16, w: &[f64]) -> bool {
+        if w.len() != self.clamp_w.len() {
+            return false;
+        }
+        self.clamp_w
+            .iter_mut()
+            .zip(w)
+            .for_each(|(d, &x)| *d = T::of(x));
+        self.clamped = mask;
+        true
+    }
+
     /// Per-step tables from the parameters: the simplified model's patterns
     /// `[H, H+1, H]`, or the full model's `M = W_Q W_Kᵀ` `[H, S, S]`.
     pub(crate) fn prepare(&mut self) {
         let (h, s) = (self.cfg.n_heads, self.cfg.d_vocab);
         match &self.full {
             None => {
-                let w = self.w.value();
+                // A clamped head reads its copy of the logits instead of W.
                 for hd in 0..h {
+                    let w = if self.clamped >> hd & 1 == 1 {
+                        &self.clamp_w[..]
+                    } else {
+                        self.w.value()
+                    };
                     for m in 0..=h {
                         let row =
                             &mut self.pattern[(hd * (h + 1) + m) * h..(hd * (h + 1) + m + 1) * h];

@@ -116,7 +116,7 @@ impl View {
         View {
             s: m.cfg.d_vocab,
             h: m.cfg.n_heads,
-            w: wide(&m.w),
+            w: m.w_seen(),
             full: m.full.as_ref().map(|f| FullLayer1 {
                 wq: wide(&f.wq),
                 wk: wide(&f.wk),

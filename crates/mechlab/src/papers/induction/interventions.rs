@@ -25,15 +25,23 @@
 //! `ablate` zeroes the head's output in the forward and backward passes of the
 //! updates in its window (and of the probes run while it lasts), so the head
 //! gets no gradient and the kernel products holding it vanish; an ablation that
-//! lasts to the end also holds for the final measurements. It runs on the general
-//! (direct) path, which has the hook site: `model.path = "auto"` takes that path
-//! when an ablation is configured, and `"table"` is refused. Clamping a head's
-//! pattern is not offered: in the simplified model the layer-1 pattern is a
-//! function of that head's RPE weights alone, so clamping it is freezing them
-//! (`kind = "freeze"`, `params = "W"` freezes every head's).
+//! lasts to the end also holds for the final measurements.
+//!
+//! `clamp` (same keys, simplified model) holds the head's layer-1 pattern at its
+//! value when the window opens: the pattern is a function of the head's RPE
+//! logits alone, so the model keeps a copy of them (saved with each checkpoint,
+//! so a resume is exact) and reads the copy instead of `W` while the clamp lasts.
+//! The head's `W` gets no gradient meanwhile, but the optimiser may still move it
+//! (momentum, weight decay): the clamp holds the pattern, `freeze` holds
+//! parameters. When the window closes the head reads `W` again.
+//!
+//! Both run on the general (direct) path, which has the hook sites:
+//! `model.path = "auto"` takes that path when one is configured, and `"table"` is
+//! refused; `clamp` is refused for the full model, whose pattern also depends on
+//! `W_Q`, `W_K` and the tokens.
 //!
 //! ```
-//! use mechlab::papers::induction::interventions::{Ablations, Intervention, Freezes};
+//! use mechlab::papers::induction::interventions::{HeadInterventions, Intervention, Freezes};
 //! use mechlab::papers::induction::ModelKind;
 //! let iv: Intervention = toml::from_str("kind = 'freeze'\nparams = 'layer1'\nto_step = 10").unwrap();
 //! let f = Freezes::new(&[iv], ModelKind::Simplified).unwrap();
@@ -42,8 +50,10 @@
 //! let e = Freezes::new(&[bad], ModelKind::Simplified).unwrap_err();
 //! assert!(e.contains("interventions[0].params = \"QK\"") && e.contains("allowed"), "{e}");
 //! let ab: Intervention = toml::from_str("kind = 'ablate'\nhead = 1\nfrom_step = 5").unwrap();
-//! let a = Ablations::new(&[ab], 3).unwrap();
-//! assert_eq!((a.mask(4), a.mask(5)), (0, 0b010));
+//! let cl: Intervention = toml::from_str("kind = 'clamp'\nhead = 0\nto_step = 5").unwrap();
+//! let a = HeadInterventions::new(&[ab, cl], 3).unwrap();
+//! assert_eq!((a.ablated(4), a.ablated(5)), (0, 0b010));
+//! assert_eq!((a.clamped(4), a.clamped(5)), (0b001, 0));
 //! ```
 
 use super::config::ModelKind;
@@ -57,6 +67,8 @@ pub enum InterventionKind {
     Freeze,
     /// Zero the output of layer-1 head `head`.
     Ablate,
+    /// Hold layer-1 head `head`'s pattern at its value when the clamp starts.
+    Clamp,
 }
 
 /// One `[[interventions]]` entry.
@@ -67,7 +79,7 @@ pub struct Intervention {
     /// `freeze`: a parameter group, or `layer1` / `layer2` for every group of that layer.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub params: String,
-    /// `ablate`: the layer-1 head (0-based).
+    /// `ablate`, `clamp`: the layer-1 head (0-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<usize>,
     /// The intervention applies from state `from_step` (update `from_step + 1`).
@@ -159,22 +171,24 @@ fn window(i: usize, iv: &Intervention) -> Result<u64, String> {
     Ok(to)
 }
 
-/// The resolved head ablations: `(head, from, to)`.
+/// The resolved head interventions: `(kind, head, from, to)`, kind `ablate` or
+/// `clamp`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Ablations(Vec<(usize, u64, u64)>);
+pub struct HeadInterventions(Vec<(InterventionKind, usize, u64, u64)>);
 
-impl Ablations {
-    /// Checks every `ablate` entry against the number of heads; the error names
-    /// the key, the value and what is allowed.
+impl HeadInterventions {
+    /// Checks every `ablate` and `clamp` entry against the number of heads; the
+    /// error names the key, the value and what is allowed.
     pub fn new(entries: &[Intervention], n_heads: usize) -> Result<Self, String> {
         let mut out = Vec::new();
         for (i, iv) in entries.iter().enumerate() {
-            if iv.kind != InterventionKind::Ablate {
+            if iv.kind == InterventionKind::Freeze {
                 continue;
             }
+            let kind = crate::config::name_of(&iv.kind);
             if !iv.params.is_empty() {
                 return Err(format!(
-                    "interventions[{i}].params = {:?}: kind = \"ablate\" takes head, not params",
+                    "interventions[{i}].params = {:?}: kind = \"{kind}\" takes head, not params",
                     iv.params
                 ));
             }
@@ -187,24 +201,38 @@ impl Ablations {
                 }
                 None => {
                     return Err(format!(
-                        "interventions[{i}]: kind = \"ablate\" needs head (0..{n_heads})"
+                        "interventions[{i}]: kind = \"{kind}\" needs head (0..{n_heads})"
                     ))
                 }
             };
-            out.push((head, iv.from_step, window(i, iv)?));
+            out.push((iv.kind, head, iv.from_step, window(i, iv)?));
         }
-        Ok(Ablations(out))
+        Ok(HeadInterventions(out))
     }
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// The heads ablated (bit `h`) for update `step + 1`.
-    pub fn mask(&self, step: u64) -> u16 {
+    /// Whether any entry is of `kind`.
+    pub fn has(&self, kind: InterventionKind) -> bool {
+        self.0.iter().any(|e| e.0 == kind)
+    }
+
+    fn mask(&self, kind: InterventionKind, step: u64) -> u16 {
         self.0
             .iter()
-            .filter(|(_, from, to)| (*from..*to).contains(&step))
-            .fold(0, |m, (h, _, _)| m | 1 << h)
+            .filter(|(k, _, from, to)| *k == kind && (*from..*to).contains(&step))
+            .fold(0, |m, (_, h, _, _)| m | 1 << h)
+    }
+
+    /// The heads ablated (bit `h`) for update `step + 1`.
+    pub fn ablated(&self, step: u64) -> u16 {
+        self.mask(InterventionKind::Ablate, step)
+    }
+
+    /// The heads whose pattern is clamped (bit `h`) for update `step + 1`.
+    pub fn clamped(&self, step: u64) -> u16 {
+        self.mask(InterventionKind::Clamp, step)
     }
 }

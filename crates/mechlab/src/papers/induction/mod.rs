@@ -51,8 +51,8 @@ pub struct Task<M> {
     pub seq_len: usize,
     /// Training-time freezes from `[[interventions]]`.
     pub freezes: interventions::Freezes,
-    /// Training-time head ablations from `[[interventions]]`.
-    pub ablations: interventions::Ablations,
+    /// Training-time head ablations and clamps from `[[interventions]]`.
+    pub heads: interventions::HeadInterventions,
 }
 
 impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
@@ -66,11 +66,39 @@ impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
 
 impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
     fn train_step(&mut self, step: u64) -> T {
-        if !self.ablations.is_empty() {
-            // Checked in `run_typed`: a model that takes ablations.
-            self.model.set_ablated(self.ablations.mask(step));
+        if !self.heads.is_empty() {
+            // Checked in `run_typed`: a model that takes them.
+            self.model.set_ablated(self.heads.ablated(step));
+            self.model.set_clamped(self.heads.clamped(step));
         }
         self.model.loss(&self.tokens, self.seq_len, true)
+    }
+    // A clamp's copied logits are state a resume needs (the model's W may have
+    // moved under the optimiser since the clamp began).
+    fn save_state(&self) -> serde_json::Value {
+        match self.model.clamp_state() {
+            Some((mask, w)) if !self.heads.is_empty() => {
+                serde_json::json!({ "clamped": mask, "clamp_w": w })
+            }
+            _ => serde_json::Value::Null,
+        }
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        if state.is_null() {
+            return Ok(());
+        }
+        let mask = state["clamped"]
+            .as_u64()
+            .and_then(|m| u16::try_from(m).ok());
+        let w: Option<Vec<f64>> = state["clamp_w"]
+            .as_array()
+            .and_then(|a| a.iter().map(|x| x.as_f64()).collect());
+        match (mask, w) {
+            (Some(m), Some(w)) if self.model.load_clamp_state(m, &w) => Ok(()),
+            _ => Err(
+                "the checkpoint's clamp state (clamped, clamp_w) does not fit this model".into(),
+            ),
+        }
     }
     fn set_trainable(&mut self, groups: &[String]) {
         self.model.set_groups(groups);
@@ -248,12 +276,14 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
         tokens: train.tokens.clone(),
         seq_len: cfg.data.seq_len,
         freezes: interventions::Freezes::new(&cfg.interventions, cfg.model.kind).map_err(bad)?,
-        ablations: interventions::Ablations::new(&cfg.interventions, h).map_err(bad)?,
+        heads: interventions::HeadInterventions::new(&cfg.interventions, h).map_err(bad)?,
     };
     // Probes before the first update see the state of update 1.
-    if !task.model.set_ablated(task.ablations.mask(0)) {
+    if !task.model.set_ablated(task.heads.ablated(0))
+        || !task.model.set_clamped(task.heads.clamped(0))
+    {
         return Err(bad(
-            "a kind = \"ablate\" intervention needs the direct path (model.path = \"auto\" or \"direct\")".into(),
+            "a kind = \"ablate\" or \"clamp\" intervention needs the direct path (model.path = \"auto\" or \"direct\"; clamp: model.kind = \"simplified\")".into(),
         ));
     }
     let init_pattern = task.model.interior_pattern();
@@ -292,7 +322,8 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
     let fitted = fit(&mut task, &cfg.train, ctx, &mut probe_fn)?;
     // The final measurements see the model as training left it: an ablation
     // that lasts to the end holds, one whose window closed does not.
-    task.model.set_ablated(task.ablations.mask(cfg.train.steps));
+    task.model.set_ablated(task.heads.ablated(cfg.train.steps));
+    task.model.set_clamped(task.heads.clamped(cfg.train.steps));
 
     // --- final measurements ---
     let model = &mut task.model;

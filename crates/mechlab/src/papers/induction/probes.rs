@@ -49,6 +49,19 @@ pub trait InductionModel<T: Float>: Parameters<T> + Send {
     fn set_ablated(&mut self, mask: u16) -> bool {
         mask == 0
     }
+    /// Clamps the layer-1 patterns of the heads in `mask` (bit `h`); `false` when
+    /// the model cannot (as for [`InductionModel::set_ablated`]).
+    fn set_clamped(&mut self, mask: u16) -> bool {
+        mask == 0
+    }
+    /// The clamp's state for a checkpoint (mask and copied logits), if any.
+    fn clamp_state(&self) -> Option<(u16, Vec<f64>)> {
+        None
+    }
+    /// Restores [`InductionModel::clamp_state`]; `false` when it does not fit.
+    fn load_clamp_state(&mut self, _mask: u16, _w: &[f64]) -> bool {
+        false
+    }
 }
 
 impl<T: Float> InductionModel<T> for Simplified<T> {
@@ -142,6 +155,19 @@ impl<T: Float> InductionModel<T> for crate::papers::induction::direct::Direct<T>
     fn set_ablated(&mut self, mask: u16) -> bool {
         Self::set_ablated(self, mask);
         true
+    }
+    fn set_clamped(&mut self, mask: u16) -> bool {
+        if self.full.is_some() {
+            return mask == 0;
+        }
+        Self::set_clamped(self, mask);
+        true
+    }
+    fn clamp_state(&self) -> Option<(u16, Vec<f64>)> {
+        Some(Self::clamp_state(self))
+    }
+    fn load_clamp_state(&mut self, mask: u16, w: &[f64]) -> bool {
+        Self::load_clamp_state(self, mask, w)
     }
 }
 
