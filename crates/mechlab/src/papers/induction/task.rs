@@ -1,0 +1,72 @@
+//! What the trainer trains for the induction experiment: a model with its full
+//! training batch and the run's training-time interventions (`interventions.rs`),
+//! applied through the [`Trainable`] hooks.
+
+use super::interventions;
+use super::probes::InductionModel;
+use crate::train::Trainable;
+use mechlab_engine::{Float, Param, Parameters};
+
+/// The model with its full training batch: what the trainer trains.
+pub struct Task<M> {
+    pub model: M,
+    pub tokens: Vec<u8>,
+    pub seq_len: usize,
+    /// Training-time freezes from `[[interventions]]`.
+    pub freezes: interventions::Freezes,
+    /// Training-time head ablations and clamps from `[[interventions]]`.
+    pub heads: interventions::HeadInterventions,
+}
+
+impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        self.model.visit(f)
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        self.model.visit_mut(f)
+    }
+}
+
+impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
+    fn train_step(&mut self, step: u64) -> T {
+        if !self.heads.is_empty() {
+            // Checked in `run_typed`: a model that takes them.
+            self.model.set_ablated(self.heads.ablated(step));
+            self.model.set_clamped(self.heads.clamped(step));
+        }
+        self.model.loss(&self.tokens, self.seq_len, true)
+    }
+    // A clamp's copied logits are state a resume needs (the model's W may have
+    // moved under the optimiser since the clamp began).
+    fn save_state(&self) -> serde_json::Value {
+        match self.model.clamp_state() {
+            Some((mask, w)) if !self.heads.is_empty() => {
+                serde_json::json!({ "clamped": mask, "clamp_w": w })
+            }
+            _ => serde_json::Value::Null,
+        }
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        if state.is_null() {
+            return Ok(());
+        }
+        let mask = state["clamped"]
+            .as_u64()
+            .and_then(|m| u16::try_from(m).ok());
+        let w: Option<Vec<f64>> = state["clamp_w"]
+            .as_array()
+            .and_then(|a| a.iter().map(|x| x.as_f64()).collect());
+        match (mask, w) {
+            (Some(m), Some(w)) if self.model.load_clamp_state(m, &w) => Ok(()),
+            _ => Err(
+                "the checkpoint's clamp state (clamped, clamp_w) does not fit this model".into(),
+            ),
+        }
+    }
+    fn set_trainable(&mut self, groups: &[String]) {
+        self.model.set_groups(groups);
+    }
+    fn frozen(&self, step: u64, group: &str) -> bool {
+        !self.freezes.is_empty() && self.freezes.frozen(step, group)
+    }
+}
