@@ -52,6 +52,18 @@ fn data(s: usize, l: usize, n: usize, parents: Vec<usize>, seed: u64) -> Vec<u8>
     generate(&spec, seed).unwrap().tokens
 }
 
+/// The contexts (targets dropped) of `n` sequences `[l + 1]` as a hook batch.
+fn contexts(tokens: &[u8], n: usize, l: usize) -> mechlab_engine::hooks::Batch {
+    let ctx = (0..n)
+        .flat_map(|b| {
+            tokens[b * (l + 1)..b * (l + 1) + l]
+                .iter()
+                .map(|&t| t as u32)
+        })
+        .collect();
+    mechlab_engine::hooks::Batch::new(ctx, n, l)
+}
+
 fn close(a: &[f64], b: &[f64], tol: f64, what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: lengths");
     let scale = a.iter().fold(1e-300f64, |m, v| m.max(v.abs()));
@@ -251,7 +263,7 @@ fn validation_names_the_new_limits_and_the_path() {
 /// prediction, and a zero-ablated head must change it.
 #[test]
 fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
-    use mechlab_engine::hooks::{Ablation, Batch, Hook, HookedModel};
+    use mechlab_engine::hooks::{Ablation, Hook, HookedModel};
     for kind in [ModelKind::Simplified, ModelKind::Full] {
         let (s, l) = (10, 20);
         let tokens = data(s, l, 8, vec![1, 2], 29);
@@ -265,14 +277,7 @@ fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
         let n = tokens.len() / (l + 1);
         let mut p = vec![0.0; n * s];
         g.predict(&tokens, l, &mut p);
-        let ctx: Vec<u32> = (0..n)
-            .flat_map(|b| {
-                tokens[b * (l + 1)..b * (l + 1) + l]
-                    .iter()
-                    .map(|&t| t as u32)
-            })
-            .collect();
-        let batch = Batch::new(ctx, n, l);
+        let batch = contexts(&tokens, n, l);
         let (y, _) = g.run_with_cache(&batch, &[]).unwrap();
         close(&p, &y.data, 1e-12, &format!("{kind:?} hooked ŷ"));
         let hook = Hook {
@@ -298,7 +303,7 @@ fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
 /// gradients match finite differences and leave the head's RPE weights at zero.
 #[test]
 fn training_time_ablation_is_the_hooked_zero_ablation_of_the_head_output() {
-    use mechlab_engine::hooks::{Ablation, Batch, Hook, HookedModel};
+    use mechlab_engine::hooks::{Ablation, Hook, HookedModel};
     for (kind, hook) in [
         (ModelKind::Simplified, "blocks.0.attn.hook_z_unit"),
         (ModelKind::Full, "blocks.0.ln.hook_normalized"),
@@ -321,14 +326,7 @@ fn training_time_ablation_is_the_hooked_zero_ablation_of_the_head_output() {
             p
         };
         let clean = predict(&mut g);
-        let ctx: Vec<u32> = (0..n)
-            .flat_map(|b| {
-                tokens[b * (l + 1)..b * (l + 1) + l]
-                    .iter()
-                    .map(|&t| t as u32)
-            })
-            .collect();
-        let batch = Batch::new(ctx, n, l);
+        let batch = contexts(&tokens, n, l);
         for head in 0..h {
             g.set_ablated(1 << head);
             let ablated = predict(&mut g);
@@ -392,7 +390,7 @@ fn training_time_ablation_is_the_hooked_zero_ablation_of_the_head_output() {
 /// again.
 #[test]
 fn a_clamped_pattern_ignores_its_weights_and_gets_no_gradient() {
-    use mechlab_engine::hooks::{Batch, HookedModel};
+    use mechlab_engine::hooks::HookedModel;
     let (s, h, l) = (6, 3, 16);
     let tokens = data(s, l, 12, vec![1, 2], 43);
     let n = tokens.len() / (l + 1);
@@ -409,14 +407,7 @@ fn a_clamped_pattern_ignores_its_weights_and_gets_no_gradient() {
         g.predict(&tokens, l, &mut p);
         p
     };
-    let ctx: Vec<u32> = (0..n)
-        .flat_map(|b| {
-            tokens[b * (l + 1)..b * (l + 1) + l]
-                .iter()
-                .map(|&t| t as u32)
-        })
-        .collect();
-    let batch = Batch::new(ctx, n, l);
+    let batch = contexts(&tokens, n, l);
     let clean = predict(&mut g);
     let pattern = g.interior_pattern();
     g.set_clamped(0b010);
