@@ -2,27 +2,10 @@
 //! sweeps with shards, export. Uses the cheapest preset (synthetic token selection).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn mechlab(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mechlab"))
-        .args(args)
-        .arg("--quiet")
-        .current_dir(dir)
-        .output()
-        .expect("mechlab runs")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = mechlab(dir, args);
-    assert!(
-        out.status.success(),
-        "mechlab {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+#[path = "support/cli.rs"]
+mod support;
+use support::{mechlab, ok};
 
 /// A failing command's stderr: one line, no panic, exit code 1.
 fn fails(dir: &Path, args: &[&str]) -> String {

@@ -4,27 +4,10 @@
 use mechlab::inspect::load_model;
 use mechlab_engine::hooks::Batch;
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn mechlab(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mechlab"))
-        .args(args)
-        .arg("--quiet")
-        .current_dir(dir)
-        .output()
-        .expect("mechlab runs")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = mechlab(dir, args);
-    assert!(
-        out.status.success(),
-        "mechlab {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+#[path = "support/cli.rs"]
+mod support;
+use support::{mechlab, ok};
 
 const BASE: &str = "experiment = \"induction\"\n\
 [data]\nn_train = 64\nn_val = 40\nseq_len = 20\n\
