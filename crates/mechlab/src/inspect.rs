@@ -105,6 +105,14 @@ pub fn load_model(run_dir: &Path, step: Option<u64>) -> Result<Model, LoadError>
         "markov-icl" => {
             let cfg: MarkovConfig = config::typed(&table, &file)?;
             markov_icl::config::check(&cfg).map_err(|r| unsupported(&file, r))?;
+            if cfg.model.kind == markov_icl::config::ModelKind::Minimal {
+                return Err(unsupported(
+                    &file,
+                    "model.kind = \"minimal\": the minimal model has no hook points yet; \
+                     inspect and intervene read model.kind = \"transformer\" runs"
+                        .to_string(),
+                ));
+            }
             if dtype(&cfg.model.dtype)? {
                 markov::<f32>(&cfg, &ckpt, &file)
             } else {

@@ -10,15 +10,20 @@
 //! the number of threads.
 
 use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
+use mechlab::papers::markov_icl::minimal::{Layer1, MinimalModel};
 use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
 use mechlab::rng::{stream, Stream};
 use mechlab::run::summary::{Summary, Verdict};
 use mechlab_engine::Parameters;
 
 fn run_short(overrides: &[&str]) -> Summary {
+    run_preset("markov-icl-bigram", overrides)
+}
+
+fn run_preset(name: &str, overrides: &[&str]) -> Summary {
     let exp = mechlab::experiment::find("markov-icl").expect("registered");
     let mut table = exp.default_config();
-    let preset = mechlab::config::presets::find("markov-icl-bigram").unwrap();
+    let preset = mechlab::config::presets::find(name).unwrap();
     mechlab::config::overlay(
         &mut table,
         &mechlab::config::parse(preset.text, "preset").unwrap(),
@@ -81,6 +86,30 @@ fn bigram_data_grows_both_heads_and_reaches_bayes_and_shuffled_data_does_not() {
     assert!(c.metrics["induction"] < s.metrics["induction"]);
 }
 
+/// The paper's minimal model (T = 50, batch 64, 800 steps): the same phases and
+/// heads, and none of them on shuffled sequences.
+#[test]
+fn the_minimal_model_learns_the_bigram_through_its_heads_and_not_on_shuffled_data() {
+    let short = ["data.seq_len=50", "data.batch=64", "train.steps=800"];
+    let s = run_preset("markov-icl-minimal", &short);
+    for p in [
+        "the final loss",
+        "the model ends nearest",
+        "phases:",
+        "layer 0 forms",
+        "layer 1 forms",
+    ] {
+        assert!(verdict(&s, p).pass, "{p}: {:?}", verdict(&s, p));
+    }
+    let mut shuffled = short.to_vec();
+    shuffled.push("data.shuffle=true");
+    let c = run_preset("markov-icl-minimal", &shuffled);
+    for p in ["the model ends nearest", "layer 0 forms", "layer 1 forms"] {
+        assert!(!verdict(&c, p).pass, "{p}: {:?}", c.verdicts);
+    }
+    assert!(c.metrics["prev_token.h0.d1"] < 0.2, "{:?}", c.metrics);
+}
+
 #[test]
 fn same_seed_same_bits_for_any_thread_count() {
     let a = run_short(&["train.steps=60", "run.probe_every=20"]);
@@ -117,6 +146,31 @@ fn same_seed_same_bits_for_any_thread_count() {
         })
     };
     assert_eq!(grads(1), grads(3));
+
+    // the minimal model reduces its chunks in the same fixed order
+    let minimal = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut m = MinimalModel::<f32>::new(3, 20, Layer1::Softmax);
+            let loss = m.loss(&batch.tokens, batch.len, true);
+            let mut g = vec![loss];
+            m.visit(&mut |p| g.extend_from_slice(p.grad()));
+            g.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        })
+    };
+    assert_eq!(minimal(1), minimal(3));
+    let a = run_preset(
+        "markov-icl-minimal",
+        &["train.steps=60", "run.probe_every=20"],
+    );
+    let b = run_preset(
+        "markov-icl-minimal",
+        &["train.steps=60", "run.probe_every=20"],
+    );
+    assert_eq!(a.metrics, b.metrics);
 }
 
 #[test]

@@ -159,6 +159,11 @@ fn coerce(old: &Value, new: &Value, key: &str, file: &str) -> Result<Value, Conf
     }
 }
 
+/// Tables whose keys are the user's (maps such as `train.lr_scale`, keyed by
+/// parameter group): any key may be added, holding a number; the experiment
+/// checks the names against its model.
+const OPEN_TABLES: &[&str] = &["train.lr_scale"];
+
 /// Lays `patch` over `base`, key by key. Every key of `patch` must exist in `base`
 /// with a compatible type; `file` names the source in errors.
 pub fn overlay(base: &mut Table, patch: &Table, file: &str) -> Result<(), ConfigError> {
@@ -179,6 +184,11 @@ fn overlay_at(
         } else {
             format!("{prefix}.{k}")
         };
+        if OPEN_TABLES.contains(&prefix) && !base.contains_key(k) {
+            let num = coerce(&Value::Float(0.0), v, &path, file)?;
+            base.insert(k.clone(), num);
+            continue;
+        }
         let Some(old) = base.get_mut(k) else {
             return Err(ConfigError::UnknownKey {
                 file: file.to_string(),
@@ -325,6 +335,21 @@ mod tests {
         assert!(e.contains("did you mean `train.steps`"), "{e}");
         let e = apply_override(&mut t, "nonsense").unwrap_err().to_string();
         assert!(e.contains("expected key=value"), "{e}");
+        // an open map takes new keys (numbers only), from a file or from --set
+        let mut t = parse("[train]\nlr = 0.1\n[train.lr_scale]\n", "d.toml").unwrap();
+        overlay(
+            &mut t,
+            &parse("[train.lr_scale]\nv = 100\n", "p.toml").unwrap(),
+            "p.toml",
+        )
+        .unwrap();
+        apply_override(&mut t, "train.lr_scale.W=0.5").unwrap();
+        assert_eq!(t["train"]["lr_scale"]["v"].as_float(), Some(100.0));
+        assert_eq!(t["train"]["lr_scale"]["W"].as_float(), Some(0.5));
+        let e = apply_override(&mut t, "train.lr_scale.W=\"x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("train.lr_scale.W"), "{e}");
     }
 
     #[test]

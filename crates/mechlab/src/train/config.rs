@@ -69,6 +69,9 @@ pub struct TrainConfig {
     pub final_lr_ratio: f64,
     /// Clip the global gradient norm to this value; 0 turns clipping off.
     pub grad_clip: f64,
+    /// Learning-rate multiplier per parameter group (PyTorch's per-group `lr` in
+    /// `param_groups`), e.g. `{ v = 100.0 }`; groups not named keep 1.
+    pub lr_scale: std::collections::BTreeMap<String, f64>,
     /// Log the loss and gradient norms every this many steps.
     pub log_every: u64,
 }
@@ -90,6 +93,7 @@ impl Default for TrainConfig {
             warmup_steps: 0,
             final_lr_ratio: 0.0,
             grad_clip: 0.0,
+            lr_scale: Default::default(),
             log_every: 10,
         }
     }
@@ -215,6 +219,9 @@ impl TrainConfig {
             self.grad_clip,
             Allowed::NonNegative,
         )?;
+        for (g, &x) in &self.lr_scale {
+            check(format!("train.lr_scale.{g}"), x, Allowed::Positive)?;
+        }
         self.resolved_stages()
             .map(|_| ())
             .map_err(|message| ConfigError::Invalid {

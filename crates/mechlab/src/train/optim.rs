@@ -71,6 +71,8 @@ pub struct Optimizer<T: Float> {
     m: Vec<Vec<T>>,
     /// Second moment (Adam), per parameter in visit order.
     v: Vec<Vec<T>>,
+    /// Learning-rate multiplier per parameter in visit order (empty: all 1).
+    lr_scale: Vec<f64>,
 }
 
 /// True when `group` is trained by a stage training `groups` (empty: all).
@@ -103,7 +105,37 @@ impl<T: Float> Optimizer<T> {
             t: 0,
             m,
             v,
+            lr_scale: Vec::new(),
         }
+    }
+
+    /// Multiplies the learning rate of the parameters in each named group
+    /// (`train.lr_scale`); `Err` names a group the model does not have, since a
+    /// multiplier that matches nothing would silently do nothing.
+    pub fn with_lr_scale(
+        mut self,
+        scale: &std::collections::BTreeMap<String, f64>,
+        model: &dyn Parameters<T>,
+    ) -> Result<Self, String> {
+        if scale.is_empty() {
+            return Ok(self);
+        }
+        let mut groups: Vec<String> = Vec::new();
+        let mut per = Vec::new();
+        model.visit(&mut |p| {
+            per.push(scale.get(p.group()).copied().unwrap_or(1.0));
+            if !groups.iter().any(|g| g == p.group()) {
+                groups.push(p.group().to_string());
+            }
+        });
+        if let Some(g) = scale.keys().find(|g| !groups.contains(g)) {
+            return Err(format!(
+                "train.lr_scale.{g}: the model has no parameter group `{g}` (its groups: {})",
+                groups.join(", ")
+            ));
+        }
+        self.lr_scale = per;
+        Ok(self)
     }
 
     pub fn kind(&self) -> OptimizerKind {
@@ -155,7 +187,7 @@ impl<T: Float> Optimizer<T> {
             }
             let (w, g) = p.value_and_grad_mut();
             let gs = T::of(gscale);
-            let lr_t = T::of(lr);
+            let lr_t = T::of(lr * self.lr_scale.get(idx).copied().unwrap_or(1.0));
             match kind {
                 OptimizerKind::Sgd | OptimizerKind::NormalizedGd => {
                     let wd = T::of(h.weight_decay);
@@ -258,5 +290,39 @@ mod tests {
         m.0.grad_mut().copy_from_slice(&[0.0, 0.0]);
         opt.step(&mut m, 0.5, &[]);
         assert!(m.0.value().iter().all(|x| x.is_finite()));
+    }
+
+    struct Two(Param<f64>, Param<f64>);
+    impl Parameters<f64> for Two {
+        fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) {
+            f(&self.0);
+            f(&self.1)
+        }
+        fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) {
+            f(&mut self.0);
+            f(&mut self.1)
+        }
+    }
+
+    #[test]
+    fn lr_scale_multiplies_one_groups_rate_and_rejects_unknown_groups() {
+        let mut m = Two(
+            param("a", "v", &[1], vec![1.0]),
+            param("b", "W", &[1], vec![1.0]),
+        );
+        let scale: std::collections::BTreeMap<String, f64> = [("v".to_string(), 100.0)].into();
+        let mut opt = Optimizer::new(OptimizerKind::Sgd, Hyper::default(), &m)
+            .with_lr_scale(&scale, &m)
+            .unwrap();
+        m.0.grad_mut()[0] = 1.0;
+        m.1.grad_mut()[0] = 1.0;
+        opt.step(&mut m, 0.01, &[]);
+        assert_eq!((m.0.value()[0], m.1.value()[0]), (1.0 - 1.0, 1.0 - 0.01));
+        let typo: std::collections::BTreeMap<String, f64> = [("V".to_string(), 2.0)].into();
+        let e = Optimizer::new(OptimizerKind::Sgd, Hyper::default(), &m)
+            .with_lr_scale(&typo, &m)
+            .err()
+            .unwrap();
+        assert!(e.contains("train.lr_scale.V") && e.contains("v, W"), "{e}");
     }
 }

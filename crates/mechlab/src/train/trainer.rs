@@ -239,7 +239,9 @@ pub fn fit<T: Float, M: Trainable<T>>(
         let opt_changed = opt.as_ref().map(|(i, _)| *i) != Some(si);
         if opt_changed {
             tracing::info!(stage = %stage.name, step = s, optimizer = ?stage.optimizer, lr = stage.lr, "stage started");
-            let mut o = Optimizer::new(stage.optimizer, hyper, model);
+            let mut o = Optimizer::new(stage.optimizer, hyper, model)
+                .with_lr_scale(&cfg.lr_scale, model)
+                .map_err(TrainError::Config)?;
             if let Some((pst, t, m, v)) = pending.take() {
                 if pst == Some(si) {
                     o.restore(t, m, v).map_err(TrainError::Config)?;

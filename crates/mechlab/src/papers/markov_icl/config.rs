@@ -5,6 +5,7 @@
 //! AdamW at 5e-4 with betas (0.9, 0.95) for 2 000 steps on fresh batches.
 
 use super::data::{ChainSpec, Prior};
+use super::minimal::Layer1;
 use crate::experiment::Dtype;
 use crate::run::RunConfig;
 use crate::train::{OptimizerKind, TrainConfig};
@@ -56,9 +57,25 @@ impl DataConfig {
     }
 }
 
+/// Which model a run trains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// The authors' two-layer attention-only transformer with relative positions.
+    #[default]
+    Transformer,
+    /// The paper's minimal model (`minimal.rs`): distance weights `v` and a
+    /// token matrix `W`; `d_model`, `init_std` and `proj_std` do not apply.
+    Minimal,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
+    /// `transformer` or `minimal`.
+    pub kind: ModelKind,
+    /// The minimal model's first layer: `softmax` over the distance weights, or `linear`.
+    pub layer1: Layer1,
     pub d_model: usize,
     /// Heads of layer 0 (layer 1 has one).
     pub n_heads: usize,
@@ -71,6 +88,8 @@ pub struct ModelConfig {
 impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
+            kind: ModelKind::Transformer,
+            layer1: Layer1::Softmax,
             d_model: 16,
             n_heads: 1,
             init_std: 0.02,
@@ -181,6 +200,11 @@ pub fn check(cfg: &MarkovConfig) -> Result<(), String> {
         if !(v.is_finite() && v > 0.0) {
             return Err(format!("{k} = {v}: must be a positive number"));
         }
+    }
+    if cfg.model.kind == ModelKind::Minimal && h != 1 {
+        return Err(format!(
+            "model.n_heads = {h}: the minimal model (model.kind = \"minimal\") has one head per layer"
+        ));
     }
     if cfg.probe.compare_prior && !cfg.train.stages.is_empty() {
         return Err(

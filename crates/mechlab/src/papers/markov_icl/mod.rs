@@ -22,6 +22,7 @@
 pub mod config;
 pub mod data;
 pub mod hooks;
+pub mod minimal;
 pub mod model;
 pub mod probes;
 mod report;
@@ -34,16 +35,81 @@ use crate::run::{RunCtx, RunError};
 use crate::train::optim::{Hyper, Optimizer};
 use crate::train::schedule::lr_at;
 use crate::train::{fit, Trainable};
+use config::ModelKind;
 pub use config::{DataConfig, MarkovConfig, ModelConfig, ProbeConfig};
 use data::{Batch, ChainSpec, Prior};
 use mechlab_engine::{Float, Param, Parameters};
+use minimal::MinimalModel;
 use model::{Dims, RpeTransformer};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Gamma;
 
+/// What the trainer, the probes and the report need of a markov-icl model: the
+/// authors' transformer and the paper's minimal model both provide it.
+pub trait IclModel<T: Float>: Parameters<T> + Sized {
+    /// The model a config asks for, initialised from the seed's Init stream.
+    fn build(cfg: &MarkovConfig, seed: u64) -> Result<Self, String>;
+    /// Mean next-token cross-entropy over `tokens` (`[B, T + 1]`), accumulating
+    /// gradients with `grad`.
+    fn loss(&mut self, tokens: &[u8], len: usize, grad: bool) -> T;
+    /// Logits (`[T, S]`) of one input (`[T]`) and both layers' attention as
+    /// distributions over the keys (`[H_l, T, T]`), which the head scores read.
+    fn run_one(&mut self, input: &[u8]) -> (Vec<T>, [Vec<T>; 2]);
+    /// Heads of layer 0.
+    fn layer0_heads(&self) -> usize;
+    fn vocab(&self) -> usize;
+}
+
+impl<T: Float> IclModel<T> for RpeTransformer<T> {
+    fn build(cfg: &MarkovConfig, seed: u64) -> Result<Self, String> {
+        RpeTransformer::new(&dims(cfg), &mut stream(seed, Stream::Init))
+    }
+    fn loss(&mut self, tokens: &[u8], len: usize, grad: bool) -> T {
+        RpeTransformer::loss(self, tokens, len, grad)
+    }
+    fn run_one(&mut self, input: &[u8]) -> (Vec<T>, [Vec<T>; 2]) {
+        RpeTransformer::run_one(self, input)
+    }
+    fn layer0_heads(&self) -> usize {
+        self.dims.n_heads
+    }
+    fn vocab(&self) -> usize {
+        self.dims.vocab
+    }
+}
+
+impl<T: Float> IclModel<T> for MinimalModel<T> {
+    /// The authors' init is deterministic (`v = 0`, `W = 0.01`): no draw from the seed.
+    fn build(cfg: &MarkovConfig, _seed: u64) -> Result<Self, String> {
+        Ok(MinimalModel::new(
+            cfg.data.vocab,
+            cfg.data.seq_len,
+            cfg.model.layer1,
+        ))
+    }
+    fn loss(&mut self, tokens: &[u8], len: usize, grad: bool) -> T {
+        MinimalModel::loss(self, tokens, len, grad)
+    }
+    /// Its patterns are weights, not distributions: each row is read as the
+    /// share of its total absolute weight on each key.
+    fn run_one(&mut self, input: &[u8]) -> (Vec<T>, [Vec<T>; 2]) {
+        let (logits, mut pats) = MinimalModel::run_one(self, input);
+        pats.iter_mut()
+            .for_each(|p| minimal::row_shares(p, input.len()));
+        (logits, pats)
+    }
+    fn layer0_heads(&self) -> usize {
+        1
+    }
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+}
+
 /// The model with its stream of fresh batches: what the trainer trains.
-pub struct Task<T: Float> {
-    pub model: RpeTransformer<T>,
+pub struct Task<T: Float, M: IclModel<T> = RpeTransformer<T>> {
+    pub model: M,
+    _t: std::marker::PhantomData<T>,
     spec: ChainSpec,
     gamma: Gamma<f64>,
     batch: usize,
@@ -51,18 +117,15 @@ pub struct Task<T: Float> {
     rng: ChaCha8Rng,
 }
 
-impl<T: Float> Task<T> {
+impl<T: Float, M: IclModel<T>> Task<T, M> {
     /// A task drawing its batches from `rng`; `Err` names a bad data setting.
-    pub fn new(
-        model: RpeTransformer<T>,
-        cfg: &DataConfig,
-        rng: ChaCha8Rng,
-    ) -> Result<Self, String> {
+    pub fn new(model: M, cfg: &DataConfig, rng: ChaCha8Rng) -> Result<Self, String> {
         let spec = cfg.spec();
         spec.check()?;
         Ok(Task {
             gamma: data::gamma_of(&spec)?,
             model,
+            _t: std::marker::PhantomData,
             spec,
             batch: cfg.batch,
             shuffle: cfg.shuffle,
@@ -71,7 +134,7 @@ impl<T: Float> Task<T> {
     }
 }
 
-impl<T: Float> Parameters<T> for Task<T> {
+impl<T: Float, M: IclModel<T>> Parameters<T> for Task<T, M> {
     fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
         self.model.visit(f)
     }
@@ -80,7 +143,7 @@ impl<T: Float> Parameters<T> for Task<T> {
     }
 }
 
-impl<T: Float> Trainable<T> for Task<T> {
+impl<T: Float, M: IclModel<T>> Trainable<T> for Task<T, M> {
     fn train_step(&mut self, _step: u64) -> T {
         let mut b = data::draw(&self.spec, &self.gamma, self.batch, &mut self.rng);
         if self.shuffle {
@@ -107,6 +170,7 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("markov-icl-bigram"),
     crate::preset!("markov-icl-doubly-stochastic"),
     crate::preset!("markov-icl-trigram"),
+    crate::preset!("markov-icl-minimal"),
 ];
 
 impl Paper for MarkovIcl {
@@ -124,9 +188,11 @@ impl Paper for MarkovIcl {
         config::check(cfg)
     }
     fn run(&self, cfg: &MarkovConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
-        match cfg.model.dtype {
-            Dtype::F32 => run_typed::<f32>(cfg, ctx),
-            Dtype::F64 => run_typed::<f64>(cfg, ctx),
+        match (cfg.model.dtype, cfg.model.kind) {
+            (Dtype::F32, ModelKind::Transformer) => run_typed::<f32, RpeTransformer<f32>>(cfg, ctx),
+            (Dtype::F64, ModelKind::Transformer) => run_typed::<f64, RpeTransformer<f64>>(cfg, ctx),
+            (Dtype::F32, ModelKind::Minimal) => run_typed::<f32, MinimalModel<f32>>(cfg, ctx),
+            (Dtype::F64, ModelKind::Minimal) => run_typed::<f64, MinimalModel<f64>>(cfg, ctx),
         }
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
@@ -139,6 +205,9 @@ impl Paper for MarkovIcl {
                 "layer 1 forms a statistical induction head",
                 "docs/markov-icl.md",
             ),
+            // The paper's minimal model, at 10× the authors' 200 steps (at 200 it
+            // is still on the unigram plateau: docs/markov-icl.md, "Minimal model").
+            ReproduceItem::new("markov-icl-minimal", REPRODUCE_SHORT),
         ]
     }
 }
@@ -189,14 +258,16 @@ fn eval_record(e: &probes::Eval, order: usize) -> Vec<(String, f64)> {
     rec
 }
 
-fn run_typed<T: Float>(cfg: &MarkovConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+fn run_typed<T: Float, M: IclModel<T>>(
+    cfg: &MarkovConfig,
+    ctx: &mut RunCtx,
+) -> Result<Summary, ExperimentError> {
     let seed = ctx.seed();
     let (order, alpha) = (cfg.data.order, cfg.data.alpha);
     let eval = eval_batch(&cfg.data, cfg.probe.n_eval, seed).map_err(bad)?;
-    let model =
-        RpeTransformer::<T>::new(&dims(cfg), &mut stream(seed, Stream::Init)).map_err(bad)?;
+    let model = M::build(cfg, seed).map_err(bad)?;
     let mut task = Task::new(model, &cfg.data, stream(seed, Stream::Data)).map_err(bad)?;
-    let mut probe_fn = |t: &mut Task<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
+    let mut probe_fn = |t: &mut Task<T, M>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
         let e = probes::evaluate(&mut t.model, &eval, alpha, order);
         let rec = eval_record(&e, order);
         let refs: Vec<(&str, f64)> = rec.iter().map(|(k, v)| (k.as_str(), *v)).collect();
@@ -210,7 +281,7 @@ fn run_typed<T: Float>(cfg: &MarkovConfig, ctx: &mut RunCtx) -> Result<Summary, 
     let control = if cfg.probe.compare_prior {
         let mut c = cfg.clone();
         c.data.prior = Prior::DoublyStochastic;
-        Some(train_plain::<T>(&c, seed, ctx)?)
+        Some(train_plain::<T, M>(&c, seed, ctx)?)
     } else {
         None
     };
@@ -239,16 +310,17 @@ fn run_typed<T: Float>(cfg: &MarkovConfig, ctx: &mut RunCtx) -> Result<Summary, 
 /// A training run outside the trainer (for the prior comparison): the same
 /// optimiser, schedule and probe steps; returns `(step, eval loss)` pairs and
 /// the Bayes and uniform losses of its evaluation batch.
-fn train_plain<T: Float>(
+fn train_plain<T: Float, M: IclModel<T>>(
     cfg: &MarkovConfig,
     seed: u64,
     ctx: &mut RunCtx,
 ) -> Result<report::Curve, ExperimentError> {
     let eval = eval_batch(&cfg.data, cfg.probe.n_eval, seed).map_err(bad)?;
-    let model =
-        RpeTransformer::<T>::new(&dims(cfg), &mut stream(seed, Stream::Init)).map_err(bad)?;
+    let model = M::build(cfg, seed).map_err(bad)?;
     let mut task = Task::new(model, &cfg.data, substream(seed, Stream::Data, 2)).map_err(bad)?;
-    let mut opt = Optimizer::new(cfg.train.optimizer, Hyper::from_config(&cfg.train), &task);
+    let mut opt = Optimizer::new(cfg.train.optimizer, Hyper::from_config(&cfg.train), &task)
+        .with_lr_scale(&cfg.train.lr_scale, &task)
+        .map_err(bad)?;
     let total = cfg.train.total_steps();
     let mut curve = report::Curve::default();
     let base = probes::strategy_losses(&eval, cfg.data.vocab, cfg.data.alpha, 2);

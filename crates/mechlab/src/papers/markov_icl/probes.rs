@@ -16,7 +16,7 @@
 //! comes with the value uniform causal attention would get.
 
 use super::data::{strategy_probs, Batch, Strategy};
-use super::model::RpeTransformer;
+use super::IclModel;
 use mechlab_engine::Float;
 
 /// The strategies compared, for data of order `n`: uniform, unigram, 2..=n-grams.
@@ -73,14 +73,14 @@ pub fn strategy_losses(batch: &Batch, vocab: usize, alpha: f64, order: usize) ->
 }
 
 /// Evaluates the model on `batch` (data of order `order`).
-pub fn evaluate<T: Float>(
-    m: &mut RpeTransformer<T>,
+pub fn evaluate<T: Float, M: IclModel<T>>(
+    m: &mut M,
     batch: &Batch,
     alpha: f64,
     order: usize,
 ) -> Eval {
-    let (s, t) = (m.dims.vocab, batch.len - 1);
-    let h0 = m.dims.n_heads;
+    let (s, t) = (m.vocab(), batch.len - 1);
+    let h0 = m.layer0_heads();
     let strats = strategies(order);
     let mut kl = vec![0.0; strats.len()];
     let mut sp = vec![0.0; t * s];

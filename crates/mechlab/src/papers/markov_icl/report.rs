@@ -6,7 +6,7 @@
 //! prediction and carries a control: the same measurement at initialisation,
 //! where the mechanism cannot yet exist, must come out the other way.
 
-use super::config::MarkovConfig;
+use super::config::{MarkovConfig, ModelKind};
 use super::data::Prior;
 use super::probes::{self, Eval};
 use crate::experiment::ExperimentError;
@@ -196,10 +196,10 @@ pub fn finish(
     let gap0 = loss.first().copied().unwrap_or(f64::NAN) - bayes;
     let gap = f.fin.loss - bayes;
     s.verdict(
-        "the final loss approaches the Bayes-optimal in-context n-gram (control: at init it sits at uniform)",
-        &format!("loss − Bayes < 0.2·(uniform − Bayes) = {:.4}; at init > 0.8·that span", 0.2 * span),
+        "the final loss approaches the Bayes-optimal in-context n-gram (control: at init it is nearer uniform than Bayes)",
+        &format!("loss − Bayes < 0.2·(uniform − Bayes) = {:.4}; at init > 0.5·that span (nearer uniform than Bayes)", 0.2 * span),
         format!("gap {gap:.4} (init {gap0:.4}); loss {:.4}, Bayes {bayes:.4}, unigram {unigram:.4}, uniform {uniform:.4}", f.fin.loss),
-        gap < 0.2 * span && gap0 > 0.8 * span,
+        gap < 0.2 * span && gap0 > 0.5 * span,
     );
     let last = n_probe.saturating_sub(1);
     s.verdict(
@@ -288,19 +288,43 @@ pub fn finish(
 
     ctx.notes(&format!(
         "## Setting\n\nS = {}, n = {order} ({:?} prior, α = {}), T = {}, batch {} fresh sequences per step, \
-         d_model {}, {} layer-0 head(s), {} steps of {:?} at lr {}, dtype {:?}{}.\n\n\
+         {}, {} steps of {:?} at lr {}{}, dtype {:?}{}.\n\n\
          ## Measured\n\n| quantity | ours |\n|---|---|\n| eval loss | {:.4} |\n| strategy losses ({}) | {} |\n\
          | nearest strategy over training | {} |\n| t_bayes (loss within 0.1·(uniform − Bayes) of Bayes) | {} |\n{compare_line}\
          | layer-0 previous-token score per distance | {:?} (uniform {pu:.3}) |\n| layer-1 induction score | {:.3} (uniform {iu:.3}) |\n\n\
          KL(strategy ‖ model) is averaged over every position of {} evaluation sequences; strategies are \
          Dirichlet-posterior means with the data's α. See `docs/markov-icl.md` for the paper's numbers.\n",
-        cfg.data.vocab, cfg.data.prior, cfg.data.alpha, cfg.data.seq_len, cfg.data.batch, cfg.model.d_model, cfg.model.n_heads,
-        cfg.train.total_steps(), cfg.train.optimizer, cfg.train.lr, cfg.model.dtype,
+        cfg.data.vocab, cfg.data.prior, cfg.data.alpha, cfg.data.seq_len, cfg.data.batch, model_line(cfg),
+        cfg.train.total_steps(), cfg.train.optimizer, cfg.train.lr, lr_scale_line(cfg), cfg.model.dtype,
         if cfg.data.shuffle { ", tokens shuffled within each sequence (control)" } else { "" },
         f.fin.loss, names.join(" / "), round3(&f.base).iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" / "),
         phase_names.join(" → "), fmt_step(t_bayes), round3(&best_prev), f.fin.induction, cfg.probe.n_eval,
     ))?;
     Ok(s)
+}
+
+/// The model, as the notes' setting line names it.
+fn model_line(cfg: &MarkovConfig) -> String {
+    match cfg.model.kind {
+        ModelKind::Transformer => format!(
+            "the two-layer RPE transformer with d_model {} and {} layer-0 head(s)",
+            cfg.model.d_model, cfg.model.n_heads
+        ),
+        ModelKind::Minimal => format!(
+            "the paper's minimal model (layer 1 {:?} over distance weights v, linear layer 2 through W)",
+            cfg.model.layer1
+        )
+        .replace("Softmax", "softmax")
+        .replace("Linear", "linear"),
+    }
+}
+
+fn lr_scale_line(cfg: &MarkovConfig) -> String {
+    cfg.train
+        .lr_scale
+        .iter()
+        .map(|(g, x)| format!(" (× {x} for `{g}`)"))
+        .collect()
 }
 
 fn round3(v: &[f64]) -> Vec<f64> {
