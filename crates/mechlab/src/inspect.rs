@@ -30,7 +30,9 @@ use crate::config::{self, ConfigError};
 use crate::experiment::Dtype;
 use crate::papers::induction::direct::Direct;
 use crate::papers::induction::full::Full;
+use crate::papers::induction::interventions::HeadInterventions;
 use crate::papers::induction::simplified::Simplified;
+use crate::papers::induction::task::{clamp_state_of, CLAMP_MISFIT};
 use crate::papers::induction::{self, InductionConfig, ModelKind};
 use crate::papers::markov_icl::{self, model::RpeTransformer, MarkovConfig};
 use crate::papers::selection::data::SeqData;
@@ -185,11 +187,10 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
     }
     if !crate::papers::induction::config::uses_table(cfg) {
         // The run trained on the general path: the same parameters, no table.
-        let c = induction::direct_config(cfg);
         return if f32 {
-            restore(Direct::<f32>::new(&c), &read::<f32>(ckpt)?)
+            direct::<f32>(cfg, ckpt, file)
         } else {
-            restore(Direct::<f64>::new(&c), &read::<f64>(ckpt)?)
+            direct::<f64>(cfg, ckpt, file)
         };
     }
     match m.kind {
@@ -212,6 +213,35 @@ fn induction(cfg: &InductionConfig, f32: bool, ckpt: &Path, file: &str) -> Built
             }
         }
     }
+}
+
+/// A direct-path induction model as it stood at the checkpoint: its parameters,
+/// and the training-time head ablations and clamps of the run's
+/// `[[interventions]]` that were in force for its last update (with the clamp's
+/// copied logits from the checkpoint), so what `inspect` and `intervene` measure
+/// is the model the run trained and judged.
+fn direct<T: Float>(cfg: &InductionConfig, ckpt: &Path, file: &str) -> Built {
+    let loaded = read::<T>(ckpt)?;
+    let mut m = Direct::<T>::new(&induction::direct_config(cfg));
+    loaded.apply_params(&mut m)?;
+    let heads = HeadInterventions::new(&cfg.interventions, cfg.model.n_heads)
+        .map_err(|r| unsupported(file, r))?;
+    let step = loaded.meta.step;
+    if !heads.is_empty() && step > 0 {
+        let state = &loaded.meta.model_state;
+        if !state.is_null() {
+            let fits = clamp_state_of(state).is_some_and(|(mask, w)| m.load_clamp_state(mask, &w));
+            if !fits {
+                return Err(LoadError::Checkpoint(CheckpointError::Mismatch {
+                    path: loaded.path.display().to_string(),
+                    reason: CLAMP_MISFIT.into(),
+                }));
+            }
+        }
+        m.set_clamped(heads.clamped(step - 1));
+        m.set_ablated(heads.ablated(step - 1));
+    }
+    Ok(Box::new(m))
 }
 
 /// The first axis of a stored tensor, or a mismatch naming the checkpoint.

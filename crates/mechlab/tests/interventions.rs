@@ -2,7 +2,7 @@
 //! driven through the binary on a small induction run.
 
 use mechlab::inspect::load_model;
-use mechlab_engine::hooks::Batch;
+use mechlab_engine::hooks::{Ablation, Batch, Hook};
 use std::path::Path;
 
 #[path = "support/cli.rs"]
@@ -202,6 +202,28 @@ fn an_ablated_head_gets_no_gradient_and_changes_the_run() {
     };
     let (a, f) = (summary("ablated"), summary("free"));
     assert_ne!(a["metrics"]["val_code_loss"], f["metrics"]["val_code_loss"]);
+    // Loading the run gives the model it trained: the ablation is in force again,
+    // so zero-ablating the head's output once more changes nothing, while on the
+    // free run it changes the logits (the check fails if load drops the ablation).
+    let batch = Batch::new((0..20).map(|i| (i * 7 % 3) as u32).collect(), 1, 20);
+    let zero_head0 = [Hook {
+        name: "blocks.0.attn.hook_z_unit".into(),
+        ablation: Ablation::Zero,
+        heads: Some(vec![0]),
+        positions: None,
+    }];
+    for (run, ablated) in [("ablated", true), ("free", false)] {
+        let mut m = load_model(&d.join(run), None).unwrap();
+        let (own, _) = m.run_with_cache(&batch, &[]).unwrap();
+        let zeroed = m.run_with_hooks(&batch, &zero_head0).unwrap();
+        let diff = own
+            .data
+            .iter()
+            .zip(&zeroed.data)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert_eq!(diff < 1e-12, ablated, "{run}: max |Δ logit| {diff:e}");
+    }
     let far = config(
         d,
         "far.toml",

@@ -28,7 +28,7 @@ pub mod interventions;
 mod layer2;
 pub mod probes;
 pub mod simplified;
-mod task;
+pub(crate) mod task;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};

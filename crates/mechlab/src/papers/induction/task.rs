@@ -50,17 +50,9 @@ impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
         if state.is_null() {
             return Ok(());
         }
-        let mask = state["clamped"]
-            .as_u64()
-            .and_then(|m| u16::try_from(m).ok());
-        let w: Option<Vec<f64>> = state["clamp_w"]
-            .as_array()
-            .and_then(|a| a.iter().map(|x| x.as_f64()).collect());
-        match (mask, w) {
-            (Some(m), Some(w)) if self.model.load_clamp_state(m, &w) => Ok(()),
-            _ => Err(
-                "the checkpoint's clamp state (clamped, clamp_w) does not fit this model".into(),
-            ),
+        match clamp_state_of(state) {
+            Some((m, w)) if self.model.load_clamp_state(m, &w) => Ok(()),
+            _ => Err(CLAMP_MISFIT.into()),
         }
     }
     fn set_trainable(&mut self, groups: &[String]) {
@@ -69,4 +61,22 @@ impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
     fn frozen(&self, step: u64, group: &str) -> bool {
         !self.freezes.is_empty() && self.freezes.frozen(step, group)
     }
+}
+
+/// The reason a checkpoint's clamp state is refused.
+pub(crate) const CLAMP_MISFIT: &str =
+    "the checkpoint's clamp state (clamped, clamp_w) does not fit this model";
+
+/// The clamp mask and copied logits a checkpoint's model state carries
+/// (`Task::save_state`); `None` when they are missing or malformed.
+pub(crate) fn clamp_state_of(state: &serde_json::Value) -> Option<(u16, Vec<f64>)> {
+    let mask = state["clamped"]
+        .as_u64()
+        .and_then(|m| u16::try_from(m).ok())?;
+    let w: Vec<f64> = state["clamp_w"]
+        .as_array()?
+        .iter()
+        .map(|x| x.as_f64())
+        .collect::<Option<_>>()?;
+    Some((mask, w))
 }
