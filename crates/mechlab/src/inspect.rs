@@ -238,8 +238,7 @@ fn direct<T: Float>(cfg: &InductionConfig, ckpt: &Path, file: &str) -> Built {
                 }));
             }
         }
-        m.set_clamped(heads.clamped(step - 1));
-        m.set_ablated(heads.ablated(step - 1));
+        heads.apply(&mut m, step - 1);
     }
     Ok(Box::new(m))
 }

@@ -235,4 +235,17 @@ impl HeadInterventions {
     pub fn clamped(&self, step: u64) -> u16 {
         self.mask(InterventionKind::Clamp, step)
     }
+
+    /// Puts the ablations and clamps of update `step + 1` in force on `model`
+    /// (training calls it before each update; loading a checkpoint of state `s`
+    /// calls it with `s − 1`, the update that produced it). `false` when the model
+    /// cannot take them (checked before a run starts).
+    pub fn apply<T: mechlab_engine::Float, M: super::probes::InductionModel<T>>(
+        &self,
+        model: &mut M,
+        step: u64,
+    ) -> bool {
+        let ablated = model.set_ablated(self.ablated(step));
+        model.set_clamped(self.clamped(step)) && ablated
+    }
 }

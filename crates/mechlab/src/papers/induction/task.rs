@@ -31,8 +31,7 @@ impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {
     fn train_step(&mut self, step: u64) -> T {
         if !self.heads.is_empty() {
             // Checked in `run_typed`: a model that takes them.
-            self.model.set_ablated(self.heads.ablated(step));
-            self.model.set_clamped(self.heads.clamped(step));
+            self.heads.apply(&mut self.model, step);
         }
         self.model.loss(&self.tokens, self.seq_len, true)
     }
