@@ -52,6 +52,21 @@ fn data(s: usize, l: usize, n: usize, parents: Vec<usize>, seed: u64) -> Vec<u8>
     generate(&spec, seed).unwrap().tokens
 }
 
+/// A direct model moved off its symmetric init (`perturb` at amplitude 0.3).
+fn perturbed_direct(cfg: &DirectConfig) -> Direct<f64> {
+    let mut g = Direct::<f64>::new(cfg);
+    let x0 = perturb(&flat(&g), 0.3);
+    set(&mut g, &x0);
+    g
+}
+
+/// The model's predictions `[n, S]` on `tokens` (sequences `[l + 1]`).
+fn predictions(g: &mut Direct<f64>, tokens: &[u8], l: usize, s: usize) -> Vec<f64> {
+    let mut p = vec![0.0; tokens.len() / (l + 1) * s];
+    g.predict(tokens, l, &mut p);
+    p
+}
+
 /// The contexts (targets dropped) of `n` sequences `[l + 1]` as a hook batch.
 fn contexts(tokens: &[u8], n: usize, l: usize) -> mechlab_engine::hooks::Batch {
     let ctx = (0..n)
@@ -267,16 +282,13 @@ fn direct_hooks_agree_with_its_prediction_at_a_size_without_table() {
     for kind in [ModelKind::Simplified, ModelKind::Full] {
         let (s, l) = (10, 20);
         let tokens = data(s, l, 8, vec![1, 2], 29);
-        let mut g = Direct::<f64>::new(&DirectConfig {
+        let mut g = perturbed_direct(&DirectConfig {
             kind,
             d_vocab: s,
             ..DirectConfig::default()
         });
-        let x0 = perturb(&flat(&g), 0.3);
-        set(&mut g, &x0);
         let n = tokens.len() / (l + 1);
-        let mut p = vec![0.0; n * s];
-        g.predict(&tokens, l, &mut p);
+        let p = predictions(&mut g, &tokens, l, s);
         let batch = contexts(&tokens, n, l);
         let (y, _) = g.run_with_cache(&batch, &[]).unwrap();
         close(&p, &y.data, 1e-12, &format!("{kind:?} hooked ŷ"));
@@ -311,20 +323,15 @@ fn training_time_ablation_is_the_hooked_zero_ablation_of_the_head_output() {
         let (s, h, l) = (6, 3, 16);
         let tokens = data(s, l, 12, vec![1, 2], 41);
         let n = tokens.len() / (l + 1);
-        let mut g = Direct::<f64>::new(&DirectConfig {
+        let mut g = perturbed_direct(&DirectConfig {
             kind,
             d_vocab: s,
             n_heads: h,
             w_plus: 1.0,
             ..DirectConfig::default()
         });
-        let x0 = perturb(&flat(&g), 0.3);
-        set(&mut g, &x0);
-        let predict = |g: &mut Direct<f64>| {
-            let mut p = vec![0.0; n * s];
-            g.predict(&tokens, l, &mut p);
-            p
-        };
+        let x0 = flat(&g);
+        let predict = |g: &mut Direct<f64>| predictions(g, &tokens, l, s);
         let clean = predict(&mut g);
         let batch = contexts(&tokens, n, l);
         for head in 0..h {
@@ -394,19 +401,14 @@ fn a_clamped_pattern_ignores_its_weights_and_gets_no_gradient() {
     let (s, h, l) = (6, 3, 16);
     let tokens = data(s, l, 12, vec![1, 2], 43);
     let n = tokens.len() / (l + 1);
-    let mut g = Direct::<f64>::new(&DirectConfig {
+    let mut g = perturbed_direct(&DirectConfig {
         d_vocab: s,
         n_heads: h,
         w_plus: 1.0,
         ..DirectConfig::default()
     });
-    let x0 = perturb(&flat(&g), 0.3);
-    set(&mut g, &x0);
-    let predict = |g: &mut Direct<f64>| {
-        let mut p = vec![0.0; n * s];
-        g.predict(&tokens, l, &mut p);
-        p
-    };
+    let x0 = flat(&g);
+    let predict = |g: &mut Direct<f64>| predictions(g, &tokens, l, s);
     let batch = contexts(&tokens, n, l);
     let clean = predict(&mut g);
     let pattern = g.interior_pattern();

@@ -9,12 +9,12 @@
 //! head verdicts must fail. The same seed gives bit-identical results, whatever
 //! the number of threads.
 
-use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
+use mechlab::papers::markov_icl::data::{sample, Batch, ChainSpec, Prior};
 use mechlab::papers::markov_icl::minimal::{Layer1, MinimalModel};
 use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
+use mechlab::papers::markov_icl::IclModel;
 use mechlab::rng::{stream, Stream};
 use mechlab::run::summary::{Summary, Verdict};
-use mechlab_engine::Parameters;
 
 fn run_short(overrides: &[&str]) -> Summary {
     run_preset("markov-icl-bigram", overrides)
@@ -56,16 +56,39 @@ fn verdict<'a>(s: &'a Summary, prefix: &str) -> &'a Verdict {
         .unwrap()
 }
 
+/// The verdicts that together say the mechanism formed.
+const MECHANISM: [&str; 5] = [
+    "the final loss",
+    "the model ends nearest",
+    "phases:",
+    "layer 0 forms",
+    "layer 1 forms",
+];
+
+/// The loss and gradients (as bits) of one f32 step of `build()`'s model on
+/// `batch`, computed on `threads` threads.
+fn step_bits<M: IclModel<f32>>(
+    threads: usize,
+    build: impl Fn() -> M + Sync,
+    batch: &Batch,
+) -> Vec<u32> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let mut m = build();
+        let loss = m.loss(&batch.tokens, batch.len, true);
+        let mut g = vec![loss];
+        m.visit(&mut |p| g.extend_from_slice(p.grad()));
+        g.iter().map(|v| v.to_bits()).collect()
+    })
+}
+
 #[test]
 fn bigram_data_grows_both_heads_and_reaches_bayes_and_shuffled_data_does_not() {
     let s = run_short(&[]);
-    for p in [
-        "the final loss",
-        "the model ends nearest",
-        "phases:",
-        "layer 0 forms",
-        "layer 1 forms",
-    ] {
+    for p in MECHANISM {
         assert!(verdict(&s, p).pass, "{p}: {:?}", verdict(&s, p));
     }
     assert!(
@@ -92,13 +115,7 @@ fn bigram_data_grows_both_heads_and_reaches_bayes_and_shuffled_data_does_not() {
 fn the_minimal_model_learns_the_bigram_through_its_heads_and_not_on_shuffled_data() {
     let short = ["data.seq_len=50", "data.batch=64", "train.steps=800"];
     let s = run_preset("markov-icl-minimal", &short);
-    for p in [
-        "the final loss",
-        "the model ends nearest",
-        "phases:",
-        "layer 0 forms",
-        "layer 1 forms",
-    ] {
+    for p in MECHANISM {
         assert!(verdict(&s, p).pass, "{p}: {:?}", verdict(&s, p));
     }
     let mut shuffled = short.to_vec();
@@ -132,36 +149,14 @@ fn same_seed_same_bits_for_any_thread_count() {
         len: 21,
     };
     let batch = sample(&spec, 37, &mut stream(9, Stream::Data)).unwrap();
-    let grads = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            let mut m = RpeTransformer::<f32>::new(&dims, &mut stream(9, Stream::Init)).unwrap();
-            let loss = m.loss(&batch.tokens, batch.len, true);
-            let mut g = vec![loss];
-            m.visit(&mut |p| g.extend_from_slice(p.grad()));
-            g.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
-        })
-    };
-    assert_eq!(grads(1), grads(3));
-
+    let transformer = || RpeTransformer::<f32>::new(&dims, &mut stream(9, Stream::Init)).unwrap();
+    assert_eq!(
+        step_bits(1, transformer, &batch),
+        step_bits(3, transformer, &batch)
+    );
     // the minimal model reduces its chunks in the same fixed order
-    let minimal = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            let mut m = MinimalModel::<f32>::new(3, 20, Layer1::Softmax);
-            let loss = m.loss(&batch.tokens, batch.len, true);
-            let mut g = vec![loss];
-            m.visit(&mut |p| g.extend_from_slice(p.grad()));
-            g.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
-        })
-    };
-    assert_eq!(minimal(1), minimal(3));
+    let minimal = || MinimalModel::<f32>::new(3, 20, Layer1::Softmax);
+    assert_eq!(step_bits(1, minimal, &batch), step_bits(3, minimal, &batch));
     let a = run_preset(
         "markov-icl-minimal",
         &["train.steps=60", "run.probe_every=20"],
