@@ -12,8 +12,9 @@
 //! saturating softmax makes the loss, and scaling it with `R` makes the accuracy
 //! relative to the ball. The projection onto either ball is a rescaling.
 
-use crate::papers::attention_svm::data::SvmData;
-use crate::papers::attention_svm::model::{ModelConfig, Param2, SvmModel};
+use super::data::{argmax_rows, SvmData};
+use super::model::{ModelConfig, Param2, SvmModel};
+use super::{nuclear, shifted, svm, AttentionSvmConfig, SolveSvm};
 use crate::train::Trainable;
 use mechlab_engine::Parameters;
 use std::sync::Arc;
@@ -82,6 +83,70 @@ fn project(m: &mut SvmModel, bound: f64) {
         let s = (bound / n2).sqrt();
         m.visit_mut(&mut |p| p.value_mut().iter_mut().for_each(|x| *x *= s));
     }
+}
+
+/// The regularisation path's correlations, against the SVM (Frobenius for `W`,
+/// nuclear for `K Qᵀ`) of the selection of the largest radius.
+pub(super) struct RegPath {
+    pub radii: Vec<f64>,
+    pub corr: Vec<f64>,
+    pub corr_ctrl: Vec<f64>,
+    pub norm: &'static str,
+    /// Fraction of sequences where that selection is the highest-score token.
+    pub sel_is_opt: f64,
+    /// Why the SVM was not solved (empty when it was).
+    pub err: String,
+}
+
+/// The path of `cfg.probe.reg_radii` (none when empty) and its correlations.
+pub(super) fn against_svm(
+    cfg: &AttentionSvmConfig,
+    data: &Arc<SvmData>,
+    v: &[f64],
+    seed: u64,
+) -> Option<RegPath> {
+    let radii = &cfg.probe.reg_radii;
+    if radii.is_empty() {
+        return None;
+    }
+    let pts = path(&cfg.model, data, v, seed, radii, cfg.probe.reg_steps);
+    let w_big = &pts.last()?.w;
+    let (_, att) = SvmModel::new(&cfg.model, data.clone(), v.to_vec(), seed).forward(w_big);
+    let mut sel = argmax_rows(&att, data.t);
+    let mut ctrl = shifted(&sel, data.t);
+    if cfg.probe.swap_selected {
+        std::mem::swap(&mut sel, &mut ctrl);
+    }
+    let (norm, solve): (&str, SolveSvm) = match cfg.model.param {
+        Param2::W => ("Frobenius", svm::w_mm),
+        Param2::Kq => ("nuclear-norm", nuclear::w_mm_nuclear),
+    };
+    // An unsolvable SVM gives NaN correlations: a failed claim for the selection,
+    // a passed control for the wrong one (nothing to align with).
+    let corr_with = |sel: &[usize]| match solve(data, sel) {
+        Ok(m) => (
+            pts.iter().map(|p| svm::corr(&p.w, &m)).collect(),
+            String::new(),
+        ),
+        Err(e) => (vec![f64::NAN; pts.len()], e.to_string()),
+    };
+    let (corr, e_sel) = corr_with(&sel);
+    let (corr_ctrl, e_ctrl) = corr_with(&ctrl);
+    let err = match (e_sel.is_empty(), e_ctrl.is_empty()) {
+        (true, true) => String::new(),
+        (false, _) => format!(" ({e_sel})"),
+        (true, false) => format!(" (control: {e_ctrl})"),
+    };
+    let opt = data.optimal(v);
+    let sel_is_opt = sel.iter().zip(&opt).filter(|(a, b)| a == b).count() as f64 / data.n as f64;
+    Some(RegPath {
+        radii: radii.clone(),
+        corr,
+        corr_ctrl,
+        norm,
+        sel_is_opt,
+        err,
+    })
 }
 
 #[cfg(test)]
