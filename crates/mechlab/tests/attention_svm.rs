@@ -57,6 +57,42 @@ fn w_turns_to_the_svm_of_its_selection_and_a_wrong_selection_does_not_fit() {
     assert!(bad.verdicts.iter().all(|v| !v.pass), "{bad:?}");
 }
 
+/// Claim (c): in d = 3 with 24 sequences the highest-score tokens cannot be
+/// separated; GD (seed 0) selects another set, which passes the papers'
+/// local-optimality test, and turns to its SVM. Measured against the wrong
+/// selection instead, the verdict fails.
+#[test]
+fn inseparable_best_tokens_leave_gd_on_a_locally_optimal_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let claim = "The highest-score tokens cannot be separated";
+    let verdict = |s: &Summary| {
+        s.verdicts
+            .iter()
+            .find(|v| v.claim.starts_with(claim))
+            .cloned()
+    };
+    let s = run_preset("attention-svm-local", &[], &tmp.path().join("ok")).unwrap();
+    assert!(verdict(&s).is_some_and(|v| v.pass), "{s:?}");
+    assert!(s.metrics["sel_is_opt"] < 1.0, "{s:?}");
+    assert_eq!(s.metrics["sel_locally_optimal"], 1.0, "{s:?}");
+    assert!(s.metrics["corr_sel"] > 0.99, "{s:?}");
+    let bad = run_preset(
+        "attention-svm-local",
+        &["probe.swap_selected=true"],
+        &tmp.path().join("swap"),
+    )
+    .unwrap();
+    assert!(verdict(&bad).is_some_and(|v| !v.pass), "{bad:?}");
+    // The separable setting does not judge claim (c).
+    let w = run_preset(
+        "attention-svm-w",
+        &["train.steps=100"],
+        &tmp.path().join("w"),
+    )
+    .unwrap();
+    assert!(verdict(&w).is_none(), "{w:?}");
+}
+
 #[test]
 fn kq_training_leaves_the_frobenius_direction() {
     let tmp = tempfile::tempdir().unwrap();

@@ -102,6 +102,7 @@ pub struct AttentionSvm;
 pub const PRESETS: &[Preset] = &[
     crate::preset!("attention-svm-w"),
     crate::preset!("attention-svm-kq"),
+    crate::preset!("attention-svm-local"),
 ];
 
 /// The wrong selection of the control: each sequence's next token after `sel`.
@@ -117,6 +118,8 @@ struct Target {
     sel: Vec<usize>,
     w_mm: Option<Vec<f64>>,
     err: String,
+    /// The last selection's SVM has no feasible point: its tokens cannot be separated.
+    infeasible: bool,
     /// The SVM solved for a new selection: Frobenius or nuclear norm.
     solve: SolveSvm,
 }
@@ -127,6 +130,7 @@ impl Target {
             sel: vec![],
             w_mm: None,
             err: String::new(),
+            infeasible: false,
             solve,
         }
     }
@@ -135,12 +139,44 @@ impl Target {
     fn corr(&mut self, data: &SvmData, sel: &[usize], w: &[f64]) -> Option<f64> {
         if self.sel != sel {
             self.sel = sel.to_vec();
-            self.w_mm = (self.solve)(data, sel)
-                .map_err(|e| self.err = e.to_string())
-                .ok();
+            let solved = (self.solve)(data, sel);
+            self.infeasible = matches!(solved, Err(svm::SvmError::Infeasible(_)));
+            self.w_mm = solved.map_err(|e| self.err = e.to_string()).ok();
         }
         self.w_mm.as_ref().map(|m| svm::corr(w, m))
     }
+}
+
+/// Claim (c), judged when the highest-score tokens cannot be separated: GD then
+/// selects some other set, which must be locally optimal, and turns to that set's
+/// SVM direction. The control applies the same local-optimality test to the wrong
+/// selection (each sequence's next token), which must fail it.
+fn local_verdict(
+    s: &mut Summary,
+    data: &SvmData,
+    v: &[f64],
+    [sel, ctrl]: [&Target; 2],
+    last: &Last,
+    th: f64,
+) {
+    let scores = data.scores(v);
+    let local = |t: &Target| match &t.w_mm {
+        Some(w) => svm::locally_optimal(data, &scores, &t.sel, w).unwrap_or(false),
+        None => false,
+    };
+    let (local_sel, local_ctrl) = (local(sel), local(ctrl));
+    let corr = last.corr_sel.unwrap_or(f64::NAN);
+    s.metric("sel_locally_optimal", f64::from(u8::from(local_sel)));
+    s.verdict(
+        "The highest-score tokens cannot be separated: GD selects a locally optimal set instead and turns to its SVM direction",
+        &format!("the selection is locally optimal (each selected token outscores its support tokens) and corr(W, W^mm_sel) > {th}; control: the wrong selection is not locally optimal"),
+        format!(
+            "selected = highest score in {:.0} % of sequences; locally optimal: {local_sel}; corr {corr:.4}; control locally optimal: {}",
+            100.0 * last.sel_is_opt,
+            if ctrl.w_mm.is_some() { local_ctrl.to_string() } else { "false (not separable)".into() }
+        ),
+        local_sel && corr > th && !local_ctrl,
+    );
 }
 
 /// What the last probe saw.
@@ -240,6 +276,17 @@ impl Paper for AttentionSvm {
                 .with_finding(REG, DOC);
             v.push(if seed == ["seed=1"] {
                 item.with_finding(KQ, DOC)
+            } else {
+                item
+            });
+        }
+        // Claim (c): on seed 1 GD ends on a selection that fails the papers'
+        // local-optimality test (one sequence keeps a token a support token outscores).
+        const LOCAL: &str = "The highest-score tokens cannot be separated";
+        for seed in [&[][..], &["seed=1"], &["seed=2"]] {
+            let item = ReproduceItem::new("attention-svm-local", seed);
+            v.push(if seed == ["seed=1"] {
+                item.with_finding(LOCAL, DOC)
             } else {
                 item
             });
@@ -438,6 +485,9 @@ fn run(cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, Experiment
                 ),
                 last.corr_sel.is_some_and(|c| c > th) && grew && ctrl_low,
             );
+            if tgt_opt.infeasible {
+                local_verdict(&mut s, &data, &v, [&tgt_sel, &tgt_ctrl], &last, th);
+            }
         }
         Param2::Kq => {
             s.verdict(

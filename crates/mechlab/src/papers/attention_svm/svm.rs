@@ -98,6 +98,40 @@ pub fn w_mm(data: &SvmData, opt: &[usize]) -> Result<Vec<f64>, SvmError> {
     min_norm_qp(&constraints(data, opt)?, data.d * data.d)
 }
 
+/// How far above 1 a margin may sit for its token to count as a support token
+/// (the solver's accuracy is far below it).
+pub const SUPPORT_TOL: f64 = 1e-5;
+
+/// Whether the selection `sel` is *locally optimal* (Tarzanagh, Li, Thrampoulidis,
+/// Oymak 2023, "Transformers as Support Vector Machines", Definition 2): at its
+/// SVM solution `w_mm`, every selected token scores strictly above each support
+/// token of its sequence, the tokens whose constraint is active (margin within
+/// [`SUPPORT_TOL`] of 1). `scores` is [`SvmData::scores`] (`[n, t]`). The
+/// highest-score selection passes whenever it is separable; the papers prove
+/// gradient descent can converge to the direction of any locally optimal one.
+pub fn locally_optimal(
+    data: &SvmData,
+    scores: &[f64],
+    sel: &[usize],
+    w_mm: &[f64],
+) -> Result<bool, SvmError> {
+    let rows = constraints(data, sel)?;
+    let mut rows = rows.iter();
+    for (i, &o) in sel.iter().enumerate() {
+        let row_scores = &scores[i * data.t..(i + 1) * data.t];
+        for t in (0..data.t).filter(|&t| t != o) {
+            let a = rows
+                .next()
+                .expect("one constraint per token but the selected");
+            let support = margin(std::slice::from_ref(a), w_mm) <= 1.0 + SUPPORT_TOL;
+            if support && row_scores[t] >= row_scores[o] {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// The smallest margin `min_(i,t) ⟨A_(i,t), W⟩`.
 pub fn margin(rows: &[Vec<f64>], w: &[f64]) -> f64 {
     rows.iter()
@@ -167,6 +201,32 @@ pub fn singular_values(w: &[f64], d: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::papers::attention_svm::data::{argmax_rows, generate, DataConfig};
+
+    /// The highest-score selection is locally optimal; the lowest-score one is not
+    /// (some support token of it outscores it), though both are separable here.
+    #[test]
+    fn the_best_tokens_are_locally_optimal_and_the_worst_are_not() {
+        let (data, v) = generate(
+            &DataConfig {
+                n: 4,
+                t: 4,
+                d: 6,
+                twins: 0,
+            },
+            3,
+        );
+        let scores = data.scores(&v);
+        let best = data.optimal(&v);
+        let neg: Vec<f64> = scores.iter().map(|x| -x).collect();
+        let worst = argmax_rows(&neg, data.t);
+        let local = |sel: &[usize]| {
+            let w = w_mm(&data, sel).unwrap();
+            locally_optimal(&data, &scores, sel, &w).unwrap()
+        };
+        assert!(local(&best));
+        assert!(!local(&worst));
+    }
 
     #[test]
     fn one_constraint_has_the_closed_form() {
