@@ -93,6 +93,22 @@ fn inseparable_best_tokens_leave_gd_on_a_locally_optimal_set() {
     assert!(verdict(&w).is_none(), "{w:?}");
 }
 
+/// The sequence output (every token a query, output their mean): on seed 0 W turns
+/// to the SVM of the (sequence, query) selection, one constraint set per query;
+/// measured against the wrong selection it does not.
+#[test]
+fn the_sequence_output_turns_to_the_svm_of_every_querys_selection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = ["model.output=sequence", "probe.reg_radii=[]"];
+    let s = run_preset("attention-svm-w", &set, &tmp.path().join("ok")).unwrap();
+    assert!(s.metrics["corr_sel"] > 0.99, "{s:?}");
+    assert!(s.metrics["corr_ctrl"] < 0.5, "{s:?}");
+    assert!(s.metrics["w_norm"] > 100.0, "{s:?}");
+    let swap = [&set[..], &["probe.swap_selected=true"]].concat();
+    let bad = run_preset("attention-svm-w", &swap, &tmp.path().join("swap")).unwrap();
+    assert!(bad.metrics["corr_sel"] < 0.5, "{bad:?}");
+}
+
 #[test]
 fn kq_training_leaves_the_frobenius_direction() {
     let tmp = tempfile::tempdir().unwrap();
@@ -149,4 +165,8 @@ fn bad_settings_are_errors_that_name_the_key() {
         let e = run_preset("attention-svm-w", &[o], &tmp.path().join("x")).unwrap_err();
         assert!(e.to_string().contains(key), "{o}: {e}");
     }
+    // The sequence output holds n·t items of t tokens: capped.
+    let big = ["model.output=sequence", "data.n=2000", "data.t=100"];
+    let e = run_preset("attention-svm-w", &big, &tmp.path().join("y")).unwrap_err();
+    assert!(e.to_string().contains("model.output"), "{e}");
 }

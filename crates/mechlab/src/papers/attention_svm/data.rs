@@ -61,7 +61,10 @@ impl DataConfig {
     }
 }
 
-/// The data: tokens `x` `[n, t, d]`, queries `z` `[n, d]` and labels `y` `[n]`.
+/// The data: `n` items, each tokens `x` `[t, d]`, a query `z` `[d]` and a label
+/// `y`. Consecutive runs of `group` items share one output (1 for the ⟨cls⟩-query
+/// model; `t` for [`SvmData::token_queries`], where every token of a sequence is
+/// a query and the model's output is the mean over them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SvmData {
     pub n: usize,
@@ -70,6 +73,7 @@ pub struct SvmData {
     pub x: Vec<f64>,
     pub z: Vec<f64>,
     pub y: Vec<f64>,
+    pub group: usize,
 }
 
 impl SvmData {
@@ -90,6 +94,26 @@ impl SvmData {
                 self.y[i] * dot(v, self.token(i, t))
             })
             .collect()
+    }
+    /// The sequence-output (self-attention) form of the data: item `(i, k)` holds
+    /// sequence `i`'s tokens with its own token `k` as the query, so the attention
+    /// SVM gets one constraint set per query, `(x_(i,α_ik) − x_(i,t))ᵀ W x_(i,k) ≥ 1`,
+    /// and the `t` items of a sequence form one output group.
+    pub fn token_queries(&self) -> SvmData {
+        let (n, t, d) = (self.n, self.t, self.d);
+        let td = t * d;
+        let x = (0..n * t)
+            .flat_map(|k| self.x[(k / t) * td..(k / t + 1) * td].iter().copied())
+            .collect();
+        SvmData {
+            n: n * t,
+            t,
+            d,
+            x,
+            z: self.x.clone(),
+            y: (0..n * t).map(|k| self.y[k / t]).collect(),
+            group: t,
+        }
     }
     /// The optimal token of each sequence (highest score).
     pub fn optimal(&self, v: &[f64]) -> Vec<usize> {
@@ -148,6 +172,7 @@ pub fn generate(c: &DataConfig, seed: u64) -> (SvmData, Vec<f64>) {
             x,
             z,
             y,
+            group: 1,
         },
         v,
     )
@@ -188,5 +213,22 @@ mod tests {
             .check()
             .unwrap_err()
             .contains("data.twins"));
+    }
+
+    /// Item `(i, k)` of the token-query form is sequence `i` queried by its own
+    /// token `k`, with `i`'s label, in groups of `t`.
+    #[test]
+    fn token_queries_make_every_token_a_query() {
+        let (a, _) = generate(&DataConfig::default(), 2);
+        let q = a.token_queries();
+        assert_eq!((q.n, q.t, q.group), (a.n * a.t, a.t, a.t));
+        for (i, k) in [(0, 0), (2, 5), (5, 7)] {
+            let item = i * a.t + k;
+            assert_eq!(q.query(item), a.token(i, k));
+            assert_eq!(q.y[item], a.y[i]);
+            for t in 0..a.t {
+                assert_eq!(q.token(item, t), a.token(i, t));
+            }
+        }
     }
 }

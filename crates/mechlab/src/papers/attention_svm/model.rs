@@ -2,6 +2,11 @@
 //!
 //! `f(X) = vᵀ Xᵀ softmax(X W z)`,  `z`: the query (`[d]`), `X`: `[T, d]`,
 //!
+//! or, with `model.output = "sequence"`, the self-attention form whose output is
+//! the mean over every token as the query, `f(X) = (1/T) Σ_k vᵀ Xᵀ softmax(X W x_k)`
+//! (the data then holds one item per query, [`SvmData::token_queries`], and the
+//! loss and its gradient run over groups of `T` items: `∂L/∂f_k = g_i / T`),
+//!
 //! trained on the logistic loss `L = (1/n) Σ_i log(1 + exp(−y_i f(X_i)))`, either on
 //! `W` (`[d, d]`) directly or on `K`, `Q` (`[d, m]` each) with `W = K Qᵀ`.
 //! With scores `s_t = x_tᵀ W z`, `a = softmax(s)`, values `u_t = vᵀ x_t` and
@@ -49,6 +54,20 @@ pub struct ModelConfig {
     pub m: usize,
     /// Standard deviation of the initial entries.
     pub init: f64,
+    /// `cls` (one query per sequence) or `sequence` (every token a query, the
+    /// output their mean).
+    pub output: Output,
+}
+
+/// What the model reads out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Output {
+    /// `vᵀ Xᵀ softmax(X W z)` for the sequence's query `z`.
+    #[default]
+    Cls,
+    /// The mean of `vᵀ Xᵀ softmax(X W x_k)` over the sequence's tokens `x_k`.
+    Sequence,
 }
 
 impl Default for ModelConfig {
@@ -57,6 +76,7 @@ impl Default for ModelConfig {
             param: Param2::W,
             m: 0,
             init: 0.01,
+            output: Output::Cls,
         }
     }
 }
@@ -87,8 +107,10 @@ pub struct SvmModel {
 struct Work {
     /// `W z_i` of the chunk's sequences: `[items, d]`.
     wz: Vec<f64>,
-    /// Attention of one sequence: `[T]`.
+    /// Attention of one output group's items: `[group, T]`.
     a: Vec<f64>,
+    /// Outputs `f` of one output group's items: `[group]`.
+    f: Vec<f64>,
     /// `Σ_t c_t x_t` of the chunk's sequences: `[items, d]`.
     xa: Vec<f64>,
     /// The chunk's `∂L/∂W`: `[d, d]`.
@@ -98,10 +120,11 @@ struct Work {
 }
 
 impl Work {
-    fn new(items: usize, t: usize, d: usize) -> Self {
+    fn new(items: usize, group: usize, t: usize, d: usize) -> Self {
         Work {
             wz: vec![0.0; items * d],
-            a: vec![0.0; t],
+            a: vec![0.0; group * t],
+            f: vec![0.0; group],
             xa: vec![0.0; items * d],
             gw: vec![0.0; d * d],
             loss: 0.0,
@@ -139,9 +162,14 @@ impl SvmModel {
                 .map(|k| dot(&v, data.token(k / data.t, k % data.t)))
                 .collect(),
             work: {
-                let k = sized_chunks(data.n);
-                let items = chunk_range(data.n, k, k - 1).len();
-                (0..k).map(|_| Work::new(items, data.t, d)).collect()
+                // Chunks of output groups, never splitting one.
+                assert_eq!(data.n % data.group, 0, "items come in whole groups");
+                let outs = data.n / data.group;
+                let k = sized_chunks(outs);
+                let items = chunk_range(outs, k, k - 1).len() * data.group;
+                (0..k)
+                    .map(|_| Work::new(items, data.group, data.t, d))
+                    .collect()
             },
             data,
             train: [true; 3],
@@ -180,26 +208,35 @@ impl SvmModel {
     /// Loss and the attention `[n, T]` of `w` on the data (analysis; allocates).
     pub fn forward(&self, w: &[f64]) -> (f64, Vec<f64>) {
         let dat = &*self.data;
-        let (n, t, d) = (dat.n, dat.t, dat.d);
+        let (n, t, d, g) = (dat.n, dat.t, dat.d, dat.group);
         // wz [n, d] = Z [n, d] · Wᵀ
         let mut wz = vec![0.0; n * d];
         matmul(&mut wz, &dat.z, Op::N, w, Op::T, n, d, d, false);
         let mut att = vec![0.0; n * t];
         let mut loss = 0.0;
-        for i in 0..n {
-            let a = &mut att[i * t..(i + 1) * t];
-            loss += attend(dat, &self.u, &wz[i * d..(i + 1) * d], i, a).0;
+        let inv_g = 1.0 / g as f64;
+        for o in 0..n / g {
+            let mut f = 0.0;
+            for i in o * g..(o + 1) * g {
+                let a = &mut att[i * t..(i + 1) * t];
+                f += attend(dat, &self.u, &wz[i * d..(i + 1) * d], i, a);
+            }
+            loss += softplus(-dat.y[o * g] * f * inv_g);
         }
-        (loss / n as f64, att)
+        (loss / (n / g) as f64, att)
     }
 
     /// Loss of `w` on the data, with `∂L/∂W` written into `self.gw`.
     fn loss_and_grad(&mut self, w: &[f64]) -> f64 {
         let dat = &*self.data;
-        let (t, d) = (dat.t, dat.d);
+        let (t, d, g) = (dat.t, dat.d, dat.group);
+        let outs = dat.n / g;
+        // Exactly 1 for the ⟨cls⟩ output, so its bits do not change.
+        let inv_g = 1.0 / g as f64;
         let u = &self.u;
-        // work[c] gets chunk_range(n, n_chunks, c): fixed by n alone.
-        for_each_chunk(dat.n, &mut self.work, |_, items, wk| {
+        // work[c] gets the groups chunk_range(outs, n_chunks, c): fixed by n alone.
+        for_each_chunk(outs, &mut self.work, |_, groups, wk| {
+            let items = groups.start * g..groups.end * g;
             let nc = items.len();
             let (z, wz, xa) = (
                 &dat.z[items.start * d..items.end * d],
@@ -209,17 +246,30 @@ impl SvmModel {
             // wz [nc, d] = Z [nc, d] · Wᵀ
             matmul(wz, z, Op::N, w, Op::T, nc, d, d, false);
             wk.loss = 0.0;
-            for (k, i) in items.enumerate() {
-                let (l, f) = attend(dat, u, &wz[k * d..(k + 1) * d], i, &mut wk.a);
-                wk.loss += l;
-                // g_i = ∂ softplus(−y f)/∂f;  xa_k [d] = Σ_t g_i a_t (u_t − f) x_t
-                let g = -dat.y[i] / (1.0 + (dat.y[i] * f).exp());
-                let row = &mut xa[k * d..(k + 1) * d];
-                row.iter_mut().for_each(|x| *x = 0.0);
-                for j in 0..t {
-                    let c = g * wk.a[j] * (u[i * t + j] - f);
-                    for (o, x) in row.iter_mut().zip(dat.token(i, j)) {
-                        *o += c * x;
+            for o in 0..groups.len() {
+                let first = o * g;
+                let mut f = 0.0;
+                for j in 0..g {
+                    let (k, i) = (first + j, items.start + first + j);
+                    let a = &mut wk.a[j * t..(j + 1) * t];
+                    wk.f[j] = attend(dat, u, &wz[k * d..(k + 1) * d], i, a);
+                    f += wk.f[j];
+                }
+                let (y, f) = (dat.y[items.start + first], f * inv_g);
+                wk.loss += softplus(-y * f);
+                // ∂ softplus(−y f)/∂f, shared by the group's g items as ∂/∂f_k = · / g
+                let gk = -y / (1.0 + (y * f).exp()) * inv_g;
+                for j in 0..g {
+                    let (k, i) = (first + j, items.start + first + j);
+                    let (a, fk, ui) = (&wk.a[j * t..(j + 1) * t], wk.f[j], &u[i * t..(i + 1) * t]);
+                    // xa_k [d] = Σ_t ∂L/∂f_k a_t (u_t − f_k) x_t
+                    let row = &mut xa[k * d..(k + 1) * d];
+                    row.iter_mut().for_each(|x| *x = 0.0);
+                    for (tt, (&at, &ut)) in a.iter().zip(ui).enumerate() {
+                        let c = gk * at * (ut - fk);
+                        for (o, x) in row.iter_mut().zip(dat.token(i, tt)) {
+                            *o += c * x;
+                        }
                     }
                 }
             }
@@ -228,9 +278,9 @@ impl SvmModel {
         });
         self.gw.iter_mut().for_each(|x| *x = 0.0);
         reduce_ordered(&mut self.gw, &self.work, |wk| &wk.gw[..]);
-        let inv_n = 1.0 / dat.n as f64;
-        self.gw.iter_mut().for_each(|x| *x *= inv_n);
-        self.work.iter().map(|wk| wk.loss).sum::<f64>() * inv_n
+        let inv = 1.0 / outs as f64;
+        self.gw.iter_mut().for_each(|x| *x *= inv);
+        self.work.iter().map(|wk| wk.loss).sum::<f64>() * inv
     }
 
     pub fn data(&self) -> &Arc<SvmData> {
@@ -238,9 +288,9 @@ impl SvmModel {
     }
 }
 
-/// Sequence `i` given `wz = W z_i`: the attention into `a` (`[T]`), and the loss
-/// `softplus(−y_i f_i)` with the output `f_i = Σ_t a_t u_t`.
-fn attend(dat: &SvmData, u: &[f64], wz: &[f64], i: usize, a: &mut [f64]) -> (f64, f64) {
+/// Item `i` given `wz = W z_i`: the attention into `a` (`[T]`), and the output
+/// `f_i = Σ_t a_t u_t`.
+fn attend(dat: &SvmData, u: &[f64], wz: &[f64], i: usize, a: &mut [f64]) -> f64 {
     let t = dat.t;
     let mut mx = f64::NEG_INFINITY;
     for (j, aj) in a.iter_mut().enumerate() {
@@ -253,10 +303,12 @@ fn attend(dat: &SvmData, u: &[f64], wz: &[f64], i: usize, a: &mut [f64]) -> (f64
         sum += *s;
     });
     a.iter_mut().for_each(|s| *s /= sum);
-    let f = dot(a, &u[i * t..(i + 1) * t]);
-    let mg = -dat.y[i] * f;
-    // softplus(mg), stable
-    (mg.max(0.0) + (-mg.abs()).exp().ln_1p(), f)
+    dot(a, &u[i * t..(i + 1) * t])
+}
+
+/// `log(1 + exp(x))`, stable.
+fn softplus(x: f64) -> f64 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
 }
 
 /// `Σ a_k b_k` in four interleaved partial sums (a sum LLVM can vectorise).
@@ -356,7 +408,7 @@ mod tests {
     use crate::papers::attention_svm::data::{generate, DataConfig};
     use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
 
-    fn model(p: Param2) -> SvmModel {
+    fn model(p: Param2, output: Output) -> SvmModel {
         let (data, v) = generate(
             &DataConfig {
                 n: 3,
@@ -366,10 +418,15 @@ mod tests {
             },
             7,
         );
+        let data = match output {
+            Output::Cls => data,
+            Output::Sequence => data.token_queries(),
+        };
         let cfg = ModelConfig {
             param: p,
             m: 3,
             init: 0.5,
+            output,
         };
         SvmModel::new(&cfg, Arc::new(data), v, 7)
     }
@@ -400,6 +457,7 @@ mod tests {
                 param: p,
                 m: 3,
                 init: 0.5,
+                ..ModelConfig::default()
             };
             let mut m = SvmModel::new(&cfg, Arc::new(data), v, 3);
             assert_eq!(m.work.len(), 3);
@@ -413,7 +471,7 @@ mod tests {
             let two = pool(2).install(|| grads(&mut m));
             assert_eq!(one, two, "{p:?}");
             let (t, d) = (m.data.t, m.data.d);
-            m.work = vec![Work::new(1100, t, d)];
+            m.work = vec![Work::new(1100, 1, t, d)];
             let serial = grads(&mut m);
             assert_ne!(serial, one, "{p:?}: one chunk should round differently");
             for (a, b) in serial.iter().zip(&one) {
@@ -429,14 +487,60 @@ mod tests {
     #[test]
     fn gradients_match_finite_differences() {
         for p in [Param2::W, Param2::Kq] {
-            let mut m = model(p);
-            let loss = |m: &SvmModel| m.forward(&m.w_eff()).0;
-            let grads = |m: &mut SvmModel| {
-                m.train_step(0);
-            };
-            for (name, r) in check_params(&mut m, loss, grads, DEFAULT_H) {
-                r.assert_below(1e-6, &format!("{p:?} {name}"));
+            for output in [Output::Cls, Output::Sequence] {
+                let mut m = model(p, output);
+                let loss = |m: &SvmModel| m.forward(&m.w_eff()).0;
+                let grads = |m: &mut SvmModel| {
+                    m.train_step(0);
+                };
+                for (name, r) in check_params(&mut m, loss, grads, DEFAULT_H) {
+                    r.assert_below(1e-6, &format!("{p:?} {output:?} {name}"));
+                }
             }
         }
+    }
+
+    /// The sequence output is the mean over the sequence's token queries of the
+    /// per-query outputs, and the loss is taken on that mean: rebuilt here from the
+    /// per-query attention of the same items read one by one (`group = 1`).
+    #[test]
+    fn the_sequence_output_is_the_mean_over_token_queries() {
+        let m = model(Param2::W, Output::Sequence);
+        let q = m.data().clone();
+        let single = SvmData {
+            group: 1,
+            ..(*q).clone()
+        };
+        let one = SvmModel::new(
+            &ModelConfig {
+                param: Param2::W,
+                m: 3,
+                init: 0.5,
+                output: Output::Cls,
+            },
+            Arc::new(single),
+            m.v.clone(),
+            7,
+        );
+        let w = m.w_eff();
+        let (loss, att) = m.forward(&w);
+        let (_, att1) = one.forward(&w);
+        assert_eq!(att, att1);
+        let (t, n_seq) = (q.t, q.n / q.t);
+        let mut want = 0.0;
+        for i in 0..n_seq {
+            let f: f64 = (0..t)
+                .map(|k| {
+                    let item = i * t + k;
+                    (0..t)
+                        .map(|j| att[item * t + j] * dot(&m.v, q.token(item, j)))
+                        .sum::<f64>()
+                })
+                .sum::<f64>()
+                / t as f64;
+            want += softplus(-q.y[i * t] * f);
+        }
+        want /= n_seq as f64;
+        assert!((loss - want).abs() < 1e-12, "{loss} vs {want}");
     }
 }

@@ -171,8 +171,7 @@ mod tests {
         for param in [Param2::W, Param2::Kq] {
             let cfg = ModelConfig {
                 param,
-                m: 0,
-                init: 0.01,
+                ..ModelConfig::default()
             };
             let pts = path(&cfg, &data, &v, 9, &[0.5, 2.0, 8.0], 500);
             for p in &pts {

@@ -249,6 +249,7 @@ mod tests {
             x: vec![1.0, 2.0, -1.0, 0.5],
             z: vec![1.0, 2.0],
             y: vec![1.0],
+            group: 1,
         };
         let w = w_mm(&data, &[0]).unwrap();
         let (dx, z) = ([2.0, 1.5], [1.0, 2.0]);
