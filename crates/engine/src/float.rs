@@ -1,7 +1,8 @@
 //! The scalar type every layer is generic over.
 //!
 //! mechlab runs in `f32` for speed and in `f64` where an experiment runs to convergence
-//! (gradient flow, margins) or checks gradients against finite differences. Every
+//! (gradient flow, margins) or checks gradients against finite differences; the
+//! double-double [`crate::F64x2`] recomputes any of them with ~106 bits, as a check. Every
 //! buffer, layer and optimiser is written once over [`Float`].
 //!
 //! ```
@@ -15,7 +16,8 @@
 
 use std::fmt::{Debug, Display};
 
-/// A real scalar mechlab can compute in: `f32` or `f64`.
+/// A real scalar mechlab can compute in: `f32`, `f64`, or the double-double
+/// [`crate::F64x2`] (precision checks).
 pub trait Float:
     num_traits::Float
     + num_traits::FloatConst
@@ -31,7 +33,8 @@ pub trait Float:
     + Sync
     + 'static
 {
-    /// `"f32"` or `"f64"`, as safetensors and numpy spell it.
+    /// `"f32"` or `"f64"`, as safetensors and numpy spell it; `"f64x2"` for the
+    /// double-double, which files store as f64 pairs (`hi`, `lo`) on a last axis of 2.
     const DTYPE: &'static str;
     /// Bytes per element.
     const BYTES: usize;

@@ -32,8 +32,12 @@
 //! | [`layers::polykernel`] | `Π_c ReLU(⟨zq^c, zk_t^c⟩)^δ_c` features, subset enumeration |
 //! | [`layers::loss`] | logistic, cross-entropies (logits, probabilities with a floor, probs-as-logits), MSE |
 //!
+//! [`F64x2`] is a double-double float (~106 bits) every generic layer and model also
+//! runs in, to tell what f64 rounding does from what the dynamics do.
+//!
 //! Alongside: [`matmul`] (row-major `gemm`, including strided sub-matrices),
-//! [`gradcheck`] (finite-difference checks, also for model tests in other crates) and
+//! [`gradcheck`] (finite-difference checks, also for model tests in other crates),
+//! [`precision`] (working precision against the double-double, at saturation) and
 //! [`parallel`] (fixed-chunk rayon helpers whose results do not depend on the thread
 //! count, and the batching constants every model uses).
 //!
@@ -63,6 +67,7 @@
 //!
 
 pub mod bert;
+pub mod f64x2;
 pub mod float;
 pub mod gradcheck;
 pub mod hooks;
@@ -70,9 +75,11 @@ pub mod layers;
 pub mod matmul;
 pub mod parallel;
 pub mod param;
+pub mod precision;
 
 #[cfg(test)]
 mod testutil;
 
+pub use f64x2::F64x2;
 pub use float::Float;
 pub use param::{param, Param, Parameters};

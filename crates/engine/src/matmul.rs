@@ -131,6 +131,48 @@ pub fn matmul_strided<T: Float>(
     )
 }
 
+/// Whether `gemm` computes in `T` (f32 and f64; not the double-double).
+fn gemm_supports<T: Float>() -> bool {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    t == TypeId::of::<f32>() || t == TypeId::of::<f64>()
+}
+
+/// The product for types `gemm` does not know ([`crate::F64x2`]): each entry an
+/// in-order sum over `k`. It is for precision checks, not speed.
+#[allow(clippy::too_many_arguments)]
+fn ordered_product<T: Float>(
+    c: &mut [T],
+    ldc: usize,
+    a: &[T],
+    lda: usize,
+    op_a: Op,
+    b: &[T],
+    ldb: usize,
+    op_b: Op,
+    [m, k, n]: [usize; 3],
+    accumulate: bool,
+) {
+    let at = |i: usize, p: usize| match op_a {
+        Op::N => a[i * lda + p],
+        Op::T => a[p * lda + i],
+    };
+    let bt = |p: usize, j: usize| match op_b {
+        Op::N => b[p * ldb + j],
+        Op::T => b[j * ldb + p],
+    };
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = T::zero();
+            for p in 0..k {
+                s += at(i, p) * bt(p, j);
+            }
+            let o = &mut c[i * ldc + j];
+            *o = if accumulate { *o + s } else { s };
+        }
+    }
+}
+
 fn natural_ld(op_a: Op, op_b: Op, m: usize, k: usize, n: usize) -> (usize, usize) {
     let lda = match op_a {
         Op::N => k,
@@ -211,6 +253,10 @@ fn gemm_with<T: Float>(
                     .for_each(|x| *x = T::zero());
             }
         }
+        return;
+    }
+    if !gemm_supports::<T>() {
+        ordered_product(c, ldc, a, lda, op_a, b, ldb, op_b, [m, k, n], accumulate);
         return;
     }
     // (column stride, row stride) of each operand as gemm sees it.
@@ -334,6 +380,32 @@ mod tests {
                     }
                     // padding columns untouched
                     assert_eq!(cw[i * ldc + n], 7.0);
+                }
+            }
+        }
+    }
+
+    /// The double-double's ordered fallback computes what gemm computes in f64, for
+    /// every layout and stride (to f64 rounding), accumulating or not.
+    #[test]
+    fn double_double_fallback_matches_gemm() {
+        use crate::F64x2;
+        let (m, k, n) = (3, 5, 4);
+        let (lda, ldb, ldc) = (7, 9, 6);
+        let a: Vec<f64> = (0..k * lda).map(|i| (i as f64 * 0.7).sin()).collect();
+        let b: Vec<f64> = (0..k * ldb).map(|i| (i as f64 * 0.3).cos()).collect();
+        let dd = |x: &[f64]| x.iter().map(|&v| F64x2::of(v)).collect::<Vec<_>>();
+        for op_a in [Op::N, Op::T] {
+            for op_b in [Op::N, Op::T] {
+                for acc in [false, true] {
+                    let mut c = vec![0.5f64; m * ldc];
+                    let mut c2 = dd(&c);
+                    matmul_strided(&mut c, ldc, &a, lda, op_a, &b, ldb, op_b, m, k, n, acc);
+                    let (a2, b2) = (dd(&a), dd(&b));
+                    matmul_strided(&mut c2, ldc, &a2, lda, op_a, &b2, ldb, op_b, m, k, n, acc);
+                    for (x, y) in c.iter().zip(&c2) {
+                        assert!((x - y.as_f64()).abs() < 1e-14, "{op_a:?} {op_b:?} {acc}");
+                    }
                 }
             }
         }

@@ -577,4 +577,29 @@ mod tests {
             1e-5,
         );
     }
+
+    /// Every query's pattern saturated on key 0 (a bias of 60 nats): dq and dk, the
+    /// gradients that pass through the softmax backward, point where the
+    /// double-double's do.
+    #[test]
+    fn backward_keeps_its_direction_at_saturation() {
+        use crate::precision::{assert_direction, MIN_COSINE};
+        use crate::F64x2;
+        let mut c = case(11, false, 4);
+        let (tq, tk) = (c.a.t_q, c.a.t_k);
+        for (i, b) in c.bias.iter_mut().enumerate() {
+            if i % tk == 0 {
+                *b += 60.0;
+            }
+        }
+        let dz = uniform(&mut rng(12), tq * 2 * 2);
+        let (got, want) = (run_generic::<f64>(&c, &dz), run_generic::<F64x2>(&c, &dz));
+        let pat = tq * 2 * 2..tq * 2 * 2 + c.a.pattern_len();
+        assert!(got[pat.clone()].iter().step_by(tk).all(|&p| p == 1.0));
+        let dq = pat.end..pat.end + c.q.len();
+        let dk = dq.end..dq.end + c.k.len();
+        for (name, r) in [("dq", dq), ("dk", dk)] {
+            assert_direction(name, &got[r.clone()], &want[r], MIN_COSINE);
+        }
+    }
 }

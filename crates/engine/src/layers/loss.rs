@@ -91,7 +91,9 @@ pub fn logistic_batch<T: Float>(df: &mut [T], f: &[T], y: &[T], red: Reduction) 
 
 /// Cross-entropy from logits `[R, V]` with one optional label per row; writes
 /// `dlogits = w · (softmax(z) − onehot(y))` on labelled rows and `0` elsewhere,
-/// `w` = 1/(labelled rows) for `Mean`. Panics on a label `≥ V`.
+/// `w` = 1/(labelled rows) for `Mean`. Panics on a label `≥ V`. Written so that it
+/// keeps its relative accuracy when the label's probability rounds to 1 (the loss
+/// through `ln_1p`, `dz_y` as `−w Σ_(j≠y) p_j`; tested against [`crate::F64x2`]).
 pub fn cross_entropy_logits<T: Float>(
     dlogits: &mut [T],
     logits: &[T],
@@ -121,18 +123,34 @@ pub fn cross_entropy_logits<T: Float>(
             continue;
         };
         assert!(y < v, "cross_entropy: label {y} outside {v} classes");
-        let m = z.iter().copied().fold(T::neg_infinity(), T::max);
-        let mut sum = T::zero();
-        for (di, &zi) in d.iter_mut().zip(z) {
-            *di = (zi - m).exp();
-            sum += *di;
+        // The largest logit (the first if tied) contributes exp(0) = 1 to the sum.
+        let mut top = 0;
+        for (j, &zj) in z.iter().enumerate() {
+            if zj > z[top] {
+                top = j;
+            }
         }
-        // loss = log Σ exp(z − m) + m − z_y, in `T` and in this order, and
-        // `softmax = exp / sum` by a division: the order the induction models'
-        // fused loss always used, so they call this without their numbers moving.
-        total += (sum.ln() + m - z[y]).as_f64();
+        let m = z[top];
+        let mut rest = T::zero();
+        for (j, (di, &zi)) in d.iter_mut().zip(z).enumerate() {
+            *di = (zi - m).exp();
+            if j != top {
+                rest += *di;
+            }
+        }
+        let sum = T::one() + rest;
+        // loss = log(1 + Σ_(j≠top) exp(z_j − m)) + m − z_y: `ln_1p` keeps a loss
+        // near 0 that `ln(sum)` would round to exactly 0 once sum rounds to 1.
+        total += (rest.ln_1p() + (m - z[y])).as_f64();
         d.iter_mut().for_each(|x| *x = *x / sum * tw);
-        d[y] -= tw;
+        // dz_y = w (p_y − 1) = −w Σ_(j≠y) p_j: the difference would cancel to
+        // noise once p_y rounds to 1, the sum of the small terms does not.
+        d[y] = -d
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != y)
+            .map(|(_, &x)| x)
+            .sum::<T>();
     }
     LossOut {
         loss: total * w,
@@ -310,6 +328,38 @@ mod tests {
                 let mut loss = |x: &[f64]| f(&mut vec![0.0; 5 * v], x, &labels(), v, red).loss;
                 assert_grad(name, &mut loss, x, &d);
             }
+        }
+    }
+
+    /// A row whose label's probability rounds to 1 in f64: loss and gradient keep
+    /// their relative accuracy against the double-double (the textbook `p_y − 1`
+    /// and `ln Σ exp` give exactly 0 for both).
+    #[test]
+    fn cross_entropy_logits_at_saturation() {
+        use crate::precision::{assert_direction, MIN_COSINE};
+        use crate::F64x2;
+        for gap in [40.0, 200.0] {
+            let z = [0.3, -1.2, gap, 0.8];
+            let mut d = [0.0f64; 4];
+            let out = cross_entropy_logits(&mut d, &z, &[Some(2)], 4, Reduction::Mean);
+            let mut d2 = [F64x2::of(0.0); 4];
+            let z2 = cast::<F64x2>(&z);
+            let out2 = cross_entropy_logits(&mut d2, &z2, &[Some(2)], 4, Reduction::Mean);
+            let want = to_f64(&d2);
+            assert!(
+                d[2] < 0.0 && out.loss > 0.0,
+                "gap {gap}: {d:?} {}",
+                out.loss
+            );
+            // z_j − m rounds at ulp(gap) in f64: exp of it is good to ~gap·1e-16.
+            assert!(
+                (out.loss - out2.loss).abs() <= 1e-12 * out2.loss,
+                "gap {gap}: {} vs {}",
+                out.loss,
+                out2.loss
+            );
+            assert_direction(&format!("CE dz, gap {gap}"), &d, &want, MIN_COSINE);
+            assert!((d[2] - want[2]).abs() <= 1e-12 * want[2].abs(), "gap {gap}");
         }
     }
 

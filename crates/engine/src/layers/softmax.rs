@@ -7,6 +7,14 @@
 //! otherwise allowed and get probability `0`. The backward is
 //! `dz = p ⊙ (dp − ⟨dp, p⟩)`, which is `0` on masked entries and on empty rows.
 //!
+//! The backward never forms `dp_j − ⟨dp, p⟩` directly: once the largest probability
+//! `p_m` rounds to 1, `⟨dp, p⟩` equals `dp_m` to the last bit and `dz_m` (and the
+//! direction of every gradient built from `dz`) is rounding noise, although the
+//! true `dz` is still far from underflow. Since `Σ p = 1`, the same quantity is
+//! `(dp_j − dp_m) − Σ_s p_s (dp_s − dp_m)`, whose terms are all small together:
+//! `dz_m = −p_m Σ_(s≠m) p_s (dp_s − dp_m)` keeps its relative accuracy however
+//! saturated the row is (tested against the double-double [`crate::F64x2`]).
+//!
 //! ```
 //! use mechlab_engine::layers::softmax;
 //! let z = [0.0f64, 0.0, 5.0, 1.0, 2.0, 3.0];
@@ -54,9 +62,9 @@ pub fn backward<T: Float>(dz: &mut [T], dp: &[T], p: &[T], rows: usize, cols: us
     for r in 0..rows {
         let s = r * cols..(r + 1) * cols;
         let (dz, dp, p) = (&mut dz[s.clone()], &dp[s.clone()], &p[s]);
-        let inner: T = dp.iter().zip(p).map(|(&a, &b)| a * b).sum();
+        let (at_max, inner) = centred_inner(dp, p);
         for ((g, &d), &pj) in dz.iter_mut().zip(dp).zip(p) {
-            *g += pj * (d - inner);
+            *g += pj * ((d - at_max) - inner);
         }
     }
 }
@@ -86,14 +94,32 @@ pub fn row_in_place<T: Float>(row: &mut [T], keep: impl Fn(usize) -> bool) {
     row.iter_mut().for_each(|v| *v /= sum);
 }
 
-/// One row's backward in place: `g ← p ⊙ (g − ⟨g, p⟩)` (turns `dp` into `dz`).
+/// One row's backward in place: `g ← p ⊙ (g − ⟨g, p⟩)` (turns `dp` into `dz`),
+/// without cancellation (module doc).
 pub fn backward_row_in_place<T: Float>(g: &mut [T], p: &[T]) {
     // g: [C] (dp in, dz out), p: [C]
     assert_eq!(g.len(), p.len(), "softmax: row lengths differ");
-    let inner: T = g.iter().zip(p).map(|(&a, &b)| a * b).sum();
+    let (at_max, inner) = centred_inner(g, p);
     for (gj, &pj) in g.iter_mut().zip(p) {
-        *gj = pj * (*gj - inner);
+        *gj = pj * ((*gj - at_max) - inner);
     }
+}
+
+/// `(g_m, Σ_s p_s (g_s − g_m))` for `m` the row's largest probability (the first
+/// if tied): the backward's inner product, centred where it would cancel.
+pub fn centred_inner<T: Float>(g: &[T], p: &[T]) -> (T, T) {
+    // g: [C], p: [C]
+    let mut m = 0;
+    for (j, &pj) in p.iter().enumerate() {
+        if pj > p[m] {
+            m = j;
+        }
+    }
+    let Some(&at_max) = g.get(m) else {
+        return (T::zero(), T::zero());
+    };
+    let inner = g.iter().zip(p).map(|(&a, &b)| (a - at_max) * b).sum::<T>();
+    (at_max, inner)
 }
 
 #[cfg(test)]
@@ -158,6 +184,44 @@ mod tests {
             let mut dz = dz0.clone();
             backward(&mut dz, &dp, &p, r_, c);
             assert_grad("softmax dz", &mut { run }, &z, &accumulated(&dz, &dz0));
+        }
+    }
+
+    /// Rows whose largest probability rounds to 1 in f64 (gaps of 40 to 600 nats):
+    /// the backward's direction matches the double-double's, entry for entry; the
+    /// textbook `p ⊙ (dp − ⟨dp, p⟩)` loses the largest entry completely there.
+    #[test]
+    fn backward_keeps_its_direction_at_saturation() {
+        use crate::precision::{assert_direction, cosine, MIN_COSINE};
+        use crate::F64x2;
+        let mut r = rng(9);
+        for gap in [40.0, 120.0, 600.0] {
+            let c = 6;
+            let mut z = uniform(&mut r, c);
+            z[2] += gap;
+            let dp = uniform(&mut r, c);
+            let mut p = vec![0.0; c];
+            forward(&mut p, &z, None, 1, c);
+            assert_eq!(p[2], 1.0, "gap {gap}: the row is saturated in f64");
+            let mut dz = vec![0.0; c];
+            backward(&mut dz, &dp, &p, 1, c);
+            let mut g = dp.clone();
+            backward_row_in_place(&mut g, &p);
+            assert_eq!(g, dz);
+            // The reference: the same layer in F64x2 from the same inputs.
+            let (z2, dp2) = (cast::<F64x2>(&z), cast::<F64x2>(&dp));
+            let mut p2 = vec![F64x2::of(0.0); c];
+            forward(&mut p2, &z2, None, 1, c);
+            let mut dz2 = vec![F64x2::of(0.0); c];
+            backward(&mut dz2, &dp2, &p2, 1, c);
+            let want = to_f64(&dz2);
+            assert_direction(&format!("softmax dz, gap {gap}"), &dz, &want, MIN_COSINE);
+            assert_close("dz at saturation", &dz, &want, 1e-12 * want[2].abs());
+            // The textbook form, in f64: its largest entry is exactly 0.
+            let inner: f64 = dp.iter().zip(&p).map(|(a, b)| a * b).sum();
+            let naive: Vec<f64> = dp.iter().zip(&p).map(|(d, q)| q * (d - inner)).collect();
+            assert_eq!(naive[2], 0.0, "gap {gap}");
+            assert!(cosine(&naive, &want) < 0.99, "gap {gap}");
         }
     }
 
