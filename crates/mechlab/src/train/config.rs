@@ -14,12 +14,25 @@ use serde::{Deserialize, Serialize};
 pub enum OptimizerKind {
     /// Plain (full-batch when the data is the whole set) gradient descent, optional momentum.
     Sgd,
-    /// `θ ← θ − lr · g / ‖g‖` with the norm over every trained parameter together.
+    /// `θ ← θ − lr · g / (‖g‖ + ngd_eps)`, the norm over every trained parameter
+    /// together or over each tensor alone (`ngd_norm`).
     NormalizedGd,
     /// Adam with L2 weight decay added to the gradient.
     Adam,
     /// Adam with decoupled weight decay (Loshchilov & Hutter).
     Adamw,
+}
+
+/// What normalised GD divides each gradient by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NgdNorm {
+    /// The norm of all trained gradients together: one step of length `lr`.
+    #[default]
+    Global,
+    /// Each parameter tensor's own gradient norm (what `g /= g.norm() + eps` per
+    /// tensor in PyTorch computes, as the attention-SVM authors' code does).
+    PerTensor,
 }
 
 /// How the learning rate moves within a stage.
@@ -69,6 +82,12 @@ pub struct TrainConfig {
     pub final_lr_ratio: f64,
     /// Clip the global gradient norm to this value; 0 turns clipping off.
     pub grad_clip: f64,
+    /// Normalised GD's floor: the step is `lr · g / (‖g‖ + ngd_eps)`, so it dies
+    /// out once the gradient is below the floor instead of blowing rounding noise
+    /// up to a full step. 0: no floor.
+    pub ngd_eps: f64,
+    /// Normalised GD: one global norm, or one per parameter tensor.
+    pub ngd_norm: NgdNorm,
     /// Learning-rate multiplier per parameter group (PyTorch's per-group `lr` in
     /// `param_groups`), e.g. `{ v = 100.0 }`; groups not named keep 1.
     pub lr_scale: std::collections::BTreeMap<String, f64>,
@@ -93,6 +112,8 @@ impl Default for TrainConfig {
             warmup_steps: 0,
             final_lr_ratio: 0.0,
             grad_clip: 0.0,
+            ngd_eps: 0.0,
+            ngd_norm: NgdNorm::Global,
             lr_scale: Default::default(),
             log_every: 10,
         }
@@ -219,6 +240,7 @@ impl TrainConfig {
             self.grad_clip,
             Allowed::NonNegative,
         )?;
+        check("train.ngd_eps".into(), self.ngd_eps, Allowed::NonNegative)?;
         for (g, &x) in &self.lr_scale {
             check(format!("train.lr_scale.{g}"), x, Allowed::Positive)?;
         }

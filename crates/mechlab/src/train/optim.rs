@@ -21,7 +21,7 @@
 //! assert_eq!(m.w.value(), &[0.95, 2.1]);
 //! ```
 
-use super::config::{OptimizerKind, TrainConfig};
+use super::config::{NgdNorm, OptimizerKind, TrainConfig};
 use mechlab_engine::{Float, Param, Parameters};
 
 /// Hyperparameters shared by the rules (each uses the ones it needs).
@@ -33,6 +33,10 @@ pub struct Hyper {
     pub eps: f64,
     pub weight_decay: f64,
     pub grad_clip: f64,
+    /// Normalised GD's floor on the norm (`train.ngd_eps`).
+    pub ngd_eps: f64,
+    /// Normalised GD's norm: global or per tensor (`train.ngd_norm`).
+    pub ngd_norm: NgdNorm,
 }
 
 impl Default for Hyper {
@@ -44,6 +48,8 @@ impl Default for Hyper {
             eps: 1e-8,
             weight_decay: 0.0,
             grad_clip: 0.0,
+            ngd_eps: 0.0,
+            ngd_norm: NgdNorm::Global,
         }
     }
 }
@@ -57,6 +63,8 @@ impl Hyper {
             eps: c.eps,
             weight_decay: c.weight_decay,
             grad_clip: c.grad_clip,
+            ngd_eps: c.ngd_eps,
+            ngd_norm: c.ngd_norm,
         }
     }
 }
@@ -73,6 +81,33 @@ pub struct Optimizer<T: Float> {
     v: Vec<Vec<T>>,
     /// Learning-rate multiplier per parameter in visit order (empty: all 1).
     lr_scale: Vec<f64>,
+}
+
+/// Below this sum of squares [`Optimizer::grad_norm`] rescales (f64's normal
+/// range ends near 1e-308; a gradient of 1e-155 squares to 1e-310).
+const TINY_SQ: f64 = 1e-280;
+
+/// Below this `‖g‖ + ngd_eps`, `1/(‖g‖ + ngd_eps)` could overflow f64.
+const TINY: f64 = 1e-290;
+/// The exact power of two a tiny gradient is scaled by first (2⁶⁰⁰).
+const BOOST: f64 = 4.149515568880993e180;
+
+/// Multiplies `g` by [`BOOST`], exactly (a power of two; subnormals included).
+fn boost<T: Float>(g: &mut [T]) {
+    let b = T::of(BOOST);
+    g.iter_mut().for_each(|x| *x *= b);
+}
+
+/// One parameter as a model, for measuring its own gradient norm.
+struct Single<'a, T: Float>(&'a Param<T>);
+
+impl<T: Float> Parameters<T> for Single<'_, T> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        f(self.0)
+    }
+    fn visit_mut(&mut self, _: &mut dyn FnMut(&mut Param<T>)) {
+        unreachable!("read only")
+    }
 }
 
 /// True when `group` is trained by a stage training `groups` (empty: all).
@@ -154,6 +189,29 @@ impl<T: Float> Optimizer<T> {
                 s += p.grad_norm_sq();
             }
         });
+        if s < TINY_SQ {
+            // Squares of a gradient near 1e-160 underflow in f64; normalised GD
+            // still follows it, so measure it scaled by its largest entry.
+            let mut big = 0.0f64;
+            model.visit(&mut |p| {
+                if trains(groups, p.group()) {
+                    big = p.grad().iter().fold(big, |b, g| b.max(g.as_f64().abs()));
+                }
+            });
+            if big > 0.0 {
+                let mut s = 0.0;
+                model.visit(&mut |p| {
+                    if trains(groups, p.group()) {
+                        s += p
+                            .grad()
+                            .iter()
+                            .map(|g| (g.as_f64() / big).powi(2))
+                            .sum::<f64>();
+                    }
+                });
+                return big * s.sqrt();
+            }
+        }
         s.sqrt()
     }
 
@@ -161,6 +219,8 @@ impl<T: Float> Optimizer<T> {
     pub fn step(&mut self, model: &mut dyn Parameters<T>, lr: f64, groups: &[String]) {
         self.t += 1;
         let h = self.hyper;
+        let per_tensor =
+            self.kind == OptimizerKind::NormalizedGd && h.ngd_norm == NgdNorm::PerTensor;
         let norm = if self.kind == OptimizerKind::NormalizedGd || h.grad_clip > 0.0 {
             Self::grad_norm(model, groups)
         } else {
@@ -172,7 +232,18 @@ impl<T: Float> Optimizer<T> {
             gscale = h.grad_clip / norm;
         }
         if self.kind == OptimizerKind::NormalizedGd {
-            gscale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+            let mut den = norm + h.ngd_eps;
+            if norm > 0.0 && den < TINY && T::BYTES >= 8 {
+                // 1/den would overflow: boost every trained gradient (and den) by
+                // an exact power of two, which leaves g/den's bits unchanged.
+                model.visit_mut(&mut |p| {
+                    if trains(groups, p.group()) {
+                        boost(p.grad_mut());
+                    }
+                });
+                den *= BOOST;
+            }
+            gscale = if norm > 0.0 { 1.0 / den } else { 0.0 };
         }
         let kind = self.kind;
         let t = self.t;
@@ -185,6 +256,21 @@ impl<T: Float> Optimizer<T> {
             if !trains(groups, p.group()) {
                 return;
             }
+            let gscale = if per_tensor {
+                let norm = Self::grad_norm(&Single(&*p), &[]);
+                let mut den = norm + h.ngd_eps;
+                if norm > 0.0 && den < TINY && T::BYTES >= 8 {
+                    boost(p.grad_mut());
+                    den *= BOOST;
+                }
+                if norm > 0.0 {
+                    1.0 / den
+                } else {
+                    0.0
+                }
+            } else {
+                gscale
+            };
             let (w, g) = p.value_and_grad_mut();
             let gs = T::of(gscale);
             let lr_t = T::of(lr * self.lr_scale.get(idx).copied().unwrap_or(1.0));
@@ -202,11 +288,17 @@ impl<T: Float> Optimizer<T> {
                         for (w, g) in w.iter_mut().zip(g.iter()) {
                             *w -= lr_t * (*g + wd * *w);
                         }
-                    } else {
+                    } else if T::BYTES < 8 {
                         // Scale in f64: normalising a tiny f32 gradient would
                         // overflow 1/‖g‖ in f32 and turn a converged run into inf.
                         for (w, g) in w.iter_mut().zip(g.iter()) {
                             *w -= lr_t * (T::of(g.as_f64() * gscale) + wd * *w);
+                        }
+                    } else {
+                        // In T itself (the same bits in f64), so the double-double
+                        // keeps the gradient's low word.
+                        for (w, g) in w.iter_mut().zip(g.iter()) {
+                            *w -= lr_t * (*g * gs + wd * *w);
                         }
                     }
                 }
@@ -324,5 +416,58 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.contains("train.lr_scale.V") && e.contains("v, W"), "{e}");
+    }
+
+    fn two(a: [f64; 2], b: [f64; 2]) -> Two {
+        let mut m = Two(
+            param("a", "k", &[2], vec![0.0; 2]),
+            param("b", "q", &[2], vec![0.0; 2]),
+        );
+        m.0.grad_mut().copy_from_slice(&a);
+        m.1.grad_mut().copy_from_slice(&b);
+        m
+    }
+
+    /// Normalised GD follows a gradient of any size: one far below f64's normal
+    /// range (where 1/‖g‖ overflows) still gives a step of length lr along it.
+    #[test]
+    fn normalized_gd_follows_subnormal_gradients() {
+        let mut m = two([3e-320, -4e-320], [0.0, 0.0]);
+        let mut opt = Optimizer::new(OptimizerKind::NormalizedGd, Hyper::default(), &m);
+        opt.step(&mut m, 1.0, &[]);
+        let w = m.0.value();
+        assert!(
+            (w[0] + 0.6).abs() < 1e-3 && (w[1] - 0.8).abs() < 1e-3,
+            "{w:?}"
+        );
+    }
+
+    /// `ngd_eps` floors the norm (a gradient far below it barely moves the
+    /// parameters), and `ngd_norm = per_tensor` gives each tensor a step of length
+    /// lr whatever the other's size.
+    #[test]
+    fn ngd_floor_and_per_tensor_norms() {
+        let h = Hyper {
+            ngd_eps: 1e-6,
+            ..Hyper::default()
+        };
+        let mut m = two([1e-12, 0.0], [0.0, 0.0]);
+        let mut opt = Optimizer::new(OptimizerKind::NormalizedGd, h, &m);
+        opt.step(&mut m, 1.0, &[]);
+        assert!((m.0.value()[0] + 1e-6).abs() < 1e-9, "{:?}", m.0.value());
+        let h = Hyper {
+            ngd_norm: NgdNorm::PerTensor,
+            ..Hyper::default()
+        };
+        let mut m = two([3.0, 4.0], [0.0, 1e-9]);
+        let mut opt = Optimizer::new(OptimizerKind::NormalizedGd, h, &m);
+        opt.step(&mut m, 1.0, &[]);
+        let w = m.0.value();
+        assert!(
+            (w[0] + 0.6).abs() < 1e-15 && (w[1] + 0.8).abs() < 1e-15,
+            "{w:?}"
+        );
+        let q = m.1.value();
+        assert!(q[0] == 0.0 && (q[1] + 1.0).abs() < 1e-15, "{q:?}");
     }
 }
