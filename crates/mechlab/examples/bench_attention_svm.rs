@@ -1,11 +1,14 @@
 //! Times one normalised-GD step (forward, ∂L/∂W, update) of the attention-svm
 //! model `f(X) = vᵀ Xᵀ softmax(X W z)` on the logistic loss, f64, in both
 //! parameterisations (`W`, and `W = K Qᵀ` with m = d).
-//! `bench_attention_svm N T D STEPS [DIR]`: for each parameterisation prints the
+//! `bench_attention_svm N T D STEPS [DIR [SEED]]`: for each parameterisation prints the
 //! loss of each of the first three steps (for the PyTorch cross-check) and the mean
 //! seconds per step; with `DIR`, writes the data (`x.f64` `[n, T, d]`, `z.f64`
 //! `[n, d]`, `y.f64` `[n]`, `v.f64` `[d]`) and the initial parameters (`w.f64`
-//! `[d, d]`, `k.f64`, `q.f64` `[d, d]`), little-endian, there.
+//! `[d, d]`, `k.f64`, `q.f64` `[d, d]`), little-endian, there; `SEED` (default 0)
+//! picks the data of `mechlab run attention-svm-* --seed SEED` at these sizes, so
+//! `bench/attention_svm/authors_port.py --from DIR` can run the authors' algorithm
+//! on exactly our data.
 
 use mechlab::papers::attention_svm::data::{generate, DataConfig};
 use mechlab::papers::attention_svm::model::{ModelConfig, Param2, SvmModel};
@@ -26,14 +29,15 @@ fn main() {
     let (n, t, d, steps) = (num(0, 6), num(1, 8), num(2, 10), num(3, 2000));
     let dc = DataConfig { n, t, d, twins: 0 };
     dc.check().expect("valid sizes");
-    let (data, v) = generate(&dc, 0);
+    let seed = num(5, 0) as u64;
+    let (data, v) = generate(&dc, seed);
     let data = Arc::new(data);
     for param in [Param2::W, Param2::Kq] {
         let cfg = ModelConfig {
             param,
             ..ModelConfig::default()
         };
-        let mut m = SvmModel::new(&cfg, data.clone(), v.clone(), 0);
+        let mut m = SvmModel::<f64>::new(&cfg, data.clone(), v.clone(), 0);
         if let Some(dir) = args.get(4) {
             if param == Param2::W {
                 write(dir, "x.f64", &data.x);
@@ -47,7 +51,7 @@ fn main() {
             }
         }
         let mut opt = Optimizer::new(OptimizerKind::NormalizedGd, Hyper::default(), &m);
-        let mut step = |m: &mut SvmModel, s: u64| {
+        let mut step = |m: &mut SvmModel<f64>, s: u64| {
             m.zero_grad();
             let loss = m.train_step(s);
             opt.step(m, 0.1, &[]);

@@ -397,6 +397,9 @@ where
                             };
                             print_verdict(mark, &v);
                         }
+                        if let Ok(s) = &o.result {
+                            print_measurements(s);
+                        }
                     }
                     Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
                 }
@@ -456,11 +459,21 @@ fn print_verdicts(s: &crate::run::summary::Summary) {
     for v in &s.verdicts {
         print_verdict(if v.pass { "pass" } else { "FAIL" }, v);
     }
+    print_measurements(s);
 }
 
 fn print_verdict(mark: &str, v: &mechlab_report::Verdict) {
     println!(
-        "  [{mark}] {} — predicted {}, measured {}",
-        v.claim, v.prediction, v.measured
+        "  [{mark}] {}: {} — predicted {} (source: {}), measured {}",
+        v.id, v.claim, v.prediction, v.source, v.measured
     );
+}
+
+fn print_measurements(s: &crate::run::summary::Summary) {
+    for m in &s.measurements {
+        println!(
+            "  [measured] {}: {} = {} ({})",
+            m.id, m.quantity, m.value, m.note
+        );
+    }
 }

@@ -52,6 +52,9 @@ pub enum Dtype {
     F32,
     #[default]
     F64,
+    /// The double-double [`mechlab_engine::F64x2`] (~106 bits): a precision check,
+    /// 10–40× slower than f64.
+    F64x2,
 }
 
 /// A paper, as its author writes it: typed config in, summary out.
@@ -152,16 +155,18 @@ pub struct ReproduceItem {
     pub findings: Vec<KnownFinding>,
 }
 
-/// A paper's claim that does not hold in our setting, reported as a finding (with
-/// the setting and the spread over seeds) in the paper's doc. Its verdict still
-/// says FAIL, marked as known; `reproduce --check` fails only on other verdicts,
-/// so the check guards against regressions without hiding the finding or tuning
-/// the setting until it passes.
+/// A paper's claim that does not hold in our setting, reported as a finding in
+/// the paper's doc, with the setting, the spread over seeds, and the evidence that
+/// it is about the paper and not about mechlab: the authors' algorithm (their
+/// code or a faithful port in `bench/`) failing the same way in the same setting,
+/// or the authors' published numbers. Its verdict still says FAIL, marked as known;
+/// `reproduce --check` fails only on other verdicts, so the check guards against
+/// regressions without hiding the finding or tuning the setting until it passes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KnownFinding {
-    /// The start of the verdict's claim.
-    pub claim: &'static str,
-    /// Where the finding is written up (`docs/<paper>.md`).
+    /// The verdict's id ([`crate::run::summary::Verdict::id`]).
+    pub id: &'static str,
+    /// Where the finding and its evidence are written up (`docs/<paper>.md`).
     pub doc: &'static str,
 }
 
@@ -174,9 +179,9 @@ impl ReproduceItem {
         }
     }
 
-    /// Marks the verdict whose claim starts with `claim` as a known finding.
-    pub fn with_finding(mut self, claim: &'static str, doc: &'static str) -> Self {
-        self.findings.push(KnownFinding { claim, doc });
+    /// Marks the verdict `id` as a known finding written up in `doc`.
+    pub fn with_finding(mut self, id: &'static str, doc: &'static str) -> Self {
+        self.findings.push(KnownFinding { id, doc });
         self
     }
 }

@@ -81,7 +81,15 @@ pub fn load_model(run_dir: &Path, step: Option<u64>) -> Result<Model, LoadError>
         .and_then(|v| v.as_str())
         .unwrap_or_default()
         .to_string();
-    let dtype = |d: &Dtype| Ok::<bool, LoadError>(*d == Dtype::F32);
+    let dtype = |d: &Dtype| match d {
+        Dtype::F64x2 => Err(unsupported(
+            &file,
+            "model.dtype = \"f64x2\": a double-double run is a precision check; inspect and \
+             intervene load f32 and f64 runs (rerun it in f64 to analyse it)"
+                .to_string(),
+        )),
+        d => Ok(*d == Dtype::F32),
+    };
     match experiment.as_str() {
         "induction" => {
             let cfg: InductionConfig = config::typed(&table, &file)?;

@@ -84,11 +84,21 @@ fn run_writes_the_run_folder_and_report_rebuilds_from_it() {
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     let keys: Vec<&String> = summary.as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["experiment", "metrics", "seed", "verdicts"]);
+    assert_eq!(
+        keys,
+        ["experiment", "measurements", "metrics", "seed", "verdicts"]
+    );
     assert!(!summary["verdicts"].as_array().unwrap().is_empty());
     for v in summary["verdicts"].as_array().unwrap() {
-        for k in ["claim", "prediction", "measured", "pass"] {
+        for k in ["id", "claim", "prediction", "source", "measured", "pass"] {
             assert!(v.get(k).is_some(), "verdict lacks {k}");
+        }
+        for k in ["id", "source"] {
+            assert!(
+                !v[k].as_str().unwrap_or_default().is_empty(),
+                "verdict {} has no {k}",
+                v["claim"]
+            );
         }
     }
     let figs: Vec<PathBuf> = std::fs::read_dir(run.join("figures"))

@@ -169,8 +169,10 @@ impl Paper for MeanPaper {
         let mut s = Summary::new("mean", ctx.seed());
         s.metric("mu", mu);
         s.verdict(
+            "mean-estimate.converges",
             "gradient descent converges to the sample mean",
             &format!("μ → {mean:.4}"),
+            "derivation: the squared loss's minimiser is the sample mean",
             format!("{mu:.6}"),
             (mu - mean).abs() < 1e-6,
         );

@@ -64,13 +64,23 @@ pub enum Block {
     Code(String),
 }
 
-/// A claim of a theory, what it predicts, what was measured, and whether the
-/// measurement bears the prediction out. Stored as
-/// `{"claim", "prediction", "measured", "pass"}` in `summary.json`.
+/// A claim of a theory, what it predicts and where the prediction comes from,
+/// what was measured, and whether the measurement bears the prediction out.
+/// Stored as `{"id", "claim", "prediction", "source", "measured", "pass"}` in
+/// `summary.json` (`id` and `source` are empty in files written before they
+/// existed).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Verdict {
+    /// A stable name (`attention-svm.w-direction`): what known findings, tests and
+    /// users refer to, whatever the claim's wording becomes.
+    #[serde(default)]
+    pub id: String,
     pub claim: String,
     pub prediction: String,
+    /// Where the prediction comes from: a theorem, figure or table of the paper,
+    /// the authors' code's output in the same setting, or a derivation in our doc.
+    #[serde(default)]
+    pub source: String,
     pub measured: String,
     pub pass: bool,
 }
@@ -82,8 +92,29 @@ impl Verdict {
             prediction: prediction.to_string(),
             measured: measured.to_string(),
             pass,
+            ..Verdict::default()
         }
     }
+    pub fn with_id(mut self, id: &str) -> Self {
+        self.id = id.to_string();
+        self
+    }
+    pub fn with_source(mut self, source: &str) -> Self {
+        self.source = source.to_string();
+        self
+    }
+}
+
+/// A number a run reports without a prediction to judge it by (the theory gives
+/// a limit, not a value at this size): shown beside the verdicts, never a pass or
+/// a fail. Stored as `{"id", "quantity", "value", "note"}` in `summary.json`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Measurement {
+    pub id: String,
+    pub quantity: String,
+    pub value: String,
+    /// What the theory says about it, and why no pass/fail is given.
+    pub note: String,
 }
 
 impl Report {
@@ -176,12 +207,20 @@ mod tests {
 
     #[test]
     fn verdict_json_has_the_summary_shape() {
-        let v = Verdict::new("c", "p", "m", false);
+        let v = Verdict::new("c", "p", "m", false)
+            .with_id("x.c")
+            .with_source("Thm 1");
         let json = serde_json::to_value(&v).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"claim": "c", "prediction": "p", "measured": "m", "pass": false})
+            serde_json::json!({"id": "x.c", "claim": "c", "prediction": "p", "source": "Thm 1", "measured": "m", "pass": false})
         );
+        // a summary written before ids and sources reads back with them empty
+        let old: Verdict = serde_json::from_value(
+            serde_json::json!({"claim": "c", "prediction": "p", "measured": "m", "pass": true}),
+        )
+        .unwrap();
+        assert!(old.id.is_empty() && old.source.is_empty() && old.pass);
     }
 
     #[test]

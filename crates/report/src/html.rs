@@ -146,9 +146,19 @@ fn verdicts(out: &mut String, vs: &[Verdict]) {
         } else {
             ("fail", "FAIL")
         };
+        let id = if v.id.is_empty() {
+            String::new()
+        } else {
+            format!("<br><code class=\"vid\">{}</code>", esc(&v.id))
+        };
+        let source = if v.source.is_empty() {
+            String::new()
+        } else {
+            format!("<br><small>source: {}</small>", inline(&v.source))
+        };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td><span class=\"badge {class}\">{word}</span></td></tr>",
+            "<tr><td>{}{id}</td><td>{}{source}</td><td>{}</td><td><span class=\"badge {class}\">{word}</span></td></tr>",
             inline(&v.claim),
             inline(&v.prediction),
             inline(&v.measured),

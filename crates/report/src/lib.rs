@@ -27,7 +27,7 @@ pub mod markdown;
 pub mod render;
 pub mod spec;
 
-pub use doc::{Block, Report, Section, Verdict};
+pub use doc::{Block, Measurement, Report, Section, Verdict};
 pub use html::render_html;
 pub use markdown::{render_markdown, render_markdown_with};
 pub use render::{render_png, render_svg};

@@ -117,9 +117,19 @@ fn verdicts(out: &mut String, vs: &[Verdict]) {
     out.push_str("| Verdict | Claim | Prediction | Measured |\n| --- | --- | --- | --- |\n");
     for v in vs {
         let mark = if v.pass { "✅ PASS" } else { "❌ FAIL" };
+        let id = if v.id.is_empty() {
+            String::new()
+        } else {
+            format!(" (`{}`)", v.id.replace('`', "'"))
+        };
+        let source = if v.source.is_empty() {
+            String::new()
+        } else {
+            format!(" — source: {}", cell(&v.source))
+        };
         let _ = writeln!(
             out,
-            "| {mark} | {} | {} | {} |",
+            "| {mark} | {}{id} | {}{source} | {} |",
             cell(&v.claim),
             cell(&v.prediction),
             cell(&v.measured)

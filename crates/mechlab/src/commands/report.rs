@@ -64,6 +64,12 @@ pub fn document(dir: &Path) -> Result<(Report, Vec<mechlab_report::Figure>), Run
         title: format!("Verdicts ({passed}/{} pass)", summary.verdicts.len()),
         blocks: vec![Block::Verdicts(summary.verdicts.clone())],
     }];
+    if !summary.measurements.is_empty() {
+        sections.push(Section {
+            title: "Measurements (no prediction to judge them by)".into(),
+            blocks: vec![measurements_table(&summary.measurements)],
+        });
+    }
     if let Ok(notes) = std::fs::read_to_string(dir.join("notes.md")) {
         sections.push(Section {
             title: "Notes".into(),
@@ -144,4 +150,24 @@ pub fn write_report(
     let md = mechlab_report::render_markdown(report, figure_dir);
     let p = dir.join("report.md");
     atomic::write(&p, md.as_bytes()).map_err(io_err(&p))
+}
+
+/// The run's measurements as a table: id, quantity, value, and why no verdict.
+pub fn measurements_table(ms: &[mechlab_report::Measurement]) -> Block {
+    Block::Table {
+        headers: ["measurement", "id", "value", "why no pass/fail"]
+            .map(String::from)
+            .to_vec(),
+        rows: ms
+            .iter()
+            .map(|m| {
+                vec![
+                    m.quantity.clone(),
+                    format!("`{}`", m.id),
+                    m.value.clone(),
+                    m.note.clone(),
+                ]
+            })
+            .collect(),
+    }
 }

@@ -37,9 +37,7 @@ impl Outcome {
 
     /// The known finding `v` belongs to, if it fails as documented.
     pub fn known(&self, v: &Verdict) -> Option<&KnownFinding> {
-        self.findings
-            .iter()
-            .find(|f| !v.pass && v.claim.starts_with(f.claim))
+        self.findings.iter().find(|f| !v.pass && v.id == f.id)
     }
 
     /// The run's verdicts, a known finding's measurement marked as such.
@@ -175,6 +173,9 @@ fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
             Ok(s) => {
                 verdict_blocks.push(Block::Markdown(format!("**{}** ({})", o.name, o.paper)));
                 verdict_blocks.push(Block::Verdicts(o.verdicts()));
+                if !s.measurements.is_empty() {
+                    verdict_blocks.push(report::measurements_table(&s.measurements));
+                }
                 let np = s.verdicts.iter().filter(|v| v.pass).count();
                 let nk = s.verdicts.iter().filter(|v| o.known(v).is_some()).count();
                 let status = match nk {
@@ -186,12 +187,14 @@ fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
             }
             Err(e) => {
                 verdict_blocks.push(Block::Markdown(format!("**{}** ({})", o.name, o.paper)));
-                verdict_blocks.push(Block::Verdicts(vec![Verdict {
-                    claim: "the run completes".into(),
-                    prediction: "no error".into(),
-                    measured: e.clone(),
-                    pass: false,
-                }]));
+                verdict_blocks.push(Block::Verdicts(vec![Verdict::new(
+                    "the run completes",
+                    "no error",
+                    e,
+                    false,
+                )
+                .with_id("run.completes")
+                .with_source("mechlab")]));
                 (format!("error: {e}"), 0, 1)
             }
         };

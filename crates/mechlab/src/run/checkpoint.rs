@@ -86,11 +86,26 @@ fn to_bytes<T: Float>(xs: &[T]) -> Vec<u8> {
 }
 
 fn dtype<T: Float>() -> Dtype {
-    if T::BYTES == 8 {
-        Dtype::F64
-    } else {
-        Dtype::F32
+    match T::BYTES {
+        4 => Dtype::F32,
+        // f64, and the double-double as (hi, lo) pairs of f64 ([`stored_shape`]).
+        _ => Dtype::F64,
     }
+}
+
+/// f64 values per element: 2 for the double-double, which safetensors stores as
+/// f64 with a trailing axis of 2 (`hi`, `lo`), so numpy and PyTorch read it.
+fn lanes<T: Float>() -> usize {
+    (T::BYTES / 8).max(1)
+}
+
+/// The shape a tensor of `shape` is stored under.
+fn stored_shape<T: Float>(shape: &[usize]) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    if lanes::<T>() > 1 {
+        s.push(lanes::<T>());
+    }
+    s
 }
 
 /// An optimiser's first and second moments, per parameter in visit order.
@@ -137,7 +152,7 @@ pub fn save<T: Float>(
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .map(|(n, s, b)| {
-            TensorView::new(dtype::<T>(), s.clone(), b)
+            TensorView::new(dtype::<T>(), stored_shape::<T>(s), b)
                 .map(|v| (n.clone(), v))
                 .map_err(|e| CheckpointError::Corrupt {
                     path: path.display().to_string(),
@@ -146,8 +161,11 @@ pub fn save<T: Float>(
         })
         .collect::<Result<_, _>>()?;
     let meta_json = serde_json::to_string(meta).expect("metadata serialises");
-    let mut sorted: Vec<_> = tensors.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut sorted: Vec<_> = tensors
+        .iter()
+        .map(|(n, s, b)| (n, stored_shape::<T>(s), b))
+        .collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
     let sum = digest(
         &meta_json,
         sorted
@@ -313,8 +331,22 @@ pub fn load<T: Float>(path: &Path) -> Result<Loaded<T>, CheckpointError> {
                 ),
             });
         }
+        let mut shape = view.shape().to_vec();
+        if lanes::<T>() > 1 {
+            if shape.last() != Some(&lanes::<T>()) {
+                return Err(CheckpointError::Mismatch {
+                    path: p.clone(),
+                    reason: format!(
+                        "tensor {name} has shape {shape:?}; a {} run stores a last axis of {} (hi, lo)",
+                        T::DTYPE,
+                        lanes::<T>()
+                    ),
+                });
+            }
+            shape.pop();
+        }
         let data: Vec<T> = view.data().chunks_exact(T::BYTES).map(T::read_le).collect();
-        tensors.insert(name, (view.shape().to_vec(), data));
+        tensors.insert(name, (shape, data));
     }
     Ok(Loaded {
         path: path.to_path_buf(),
@@ -424,5 +456,43 @@ mod tests {
             e.contains("step_000001") && !e.chars().any(char::is_control),
             "{e:?}"
         );
+    }
+
+    /// A double-double checkpoint stores (hi, lo) pairs as f64 `[.., 2]` and reads
+    /// back every bit; an f64 run refuses it by shape.
+    #[test]
+    fn double_double_round_trips_both_words() {
+        use mechlab_engine::{param, F64x2, Float, Param, Parameters};
+        struct M(Param<F64x2>);
+        impl Parameters<F64x2> for M {
+            fn visit(&self, f: &mut dyn FnMut(&Param<F64x2>)) {
+                f(&self.0)
+            }
+            fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<F64x2>)) {
+                f(&mut self.0)
+            }
+        }
+        let third = F64x2::of(1.0) / F64x2::of(3.0);
+        let m = M(param("w", "w", &[2], vec![third, -third]));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("step_000001.safetensors");
+        let meta = super::CheckpointMeta {
+            experiment: "x".into(),
+            dtype: F64x2::DTYPE.into(),
+            step: 1,
+            stage: None,
+            optimizer_updates: 0,
+            model_state: serde_json::Value::Null,
+            last_loss_bits: None,
+        };
+        super::save(&p, &m, None, &meta).unwrap();
+        super::verify(&p).unwrap();
+        let back = super::load::<F64x2>(&p).unwrap();
+        let (shape, v) = &back.tensors["w"];
+        assert_eq!(shape, &vec![2]);
+        assert_eq!((v[0].hi(), v[0].lo()), (third.hi(), third.lo()));
+        assert_ne!(v[0].lo(), 0.0);
+        let as_f64 = super::load::<f64>(&p).unwrap();
+        assert_eq!(as_f64.tensors["w"].0, vec![2, 2]);
     }
 }

@@ -1,20 +1,30 @@
 //! `summary.json`: the stable, machine-readable result of a run.
 //!
 //! Its shape never changes between experiments:
-//! `{"experiment", "seed", "metrics": {name: value}, "verdicts": [{"claim",
-//! "prediction", "measured", "pass"}]}`, so sweeps, the combined reproduce report
-//! and a user's notebook read every run the same way.
+//! `{"experiment", "seed", "metrics": {name: value}, "verdicts": [{"id", "claim",
+//! "prediction", "source", "measured", "pass"}], "measurements": [{"id",
+//! "quantity", "value", "note"}]}`, so sweeps, the combined reproduce report and a
+//! user's notebook read every run the same way. A verdict names where its
+//! prediction comes from (`source`); a number the theory gives no value for at
+//! this size is a measurement, reported without a pass or a fail.
 //!
 //! ```
 //! use mechlab::run::summary::Summary;
 //! let mut s = Summary::new("selection", 0);
 //! s.metric("test_acc", 0.91);
-//! s.verdict("attention selects the signal token", "mass > 0.9", 0.97, 0.97 > 0.9);
+//! s.verdict(
+//!     "selection.mass",
+//!     "attention selects the signal token",
+//!     "mass > 0.9",
+//!     "Theorem 1 of the paper",
+//!     0.97,
+//!     0.97 > 0.9,
+//! );
 //! assert!(s.all_pass());
-//! assert!(serde_json::to_string(&s).unwrap().contains("\"verdicts\""));
+//! assert!(serde_json::to_string(&s).unwrap().contains("\"source\""));
 //! ```
 
-pub use mechlab_report::Verdict;
+pub use mechlab_report::{Measurement, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -25,6 +35,9 @@ pub struct Summary {
     pub seed: u64,
     pub metrics: BTreeMap<String, f64>,
     pub verdicts: Vec<Verdict>,
+    /// Absent in files written before measurements existed.
+    #[serde(default)]
+    pub measurements: Vec<Measurement>,
 }
 
 impl Summary {
@@ -34,6 +47,7 @@ impl Summary {
             seed,
             metrics: BTreeMap::new(),
             verdicts: Vec::new(),
+            measurements: Vec::new(),
         }
     }
 
@@ -41,19 +55,44 @@ impl Summary {
         self.metrics.insert(name.to_string(), value);
     }
 
-    /// Records a claim, the theory's prediction, what was measured, and whether it held.
+    /// Records a claim under its stable `id`, the theory's prediction and where it
+    /// comes from (`source`), what was measured, and whether it held.
     pub fn verdict(
         &mut self,
+        id: &str,
         claim: &str,
         prediction: &str,
+        source: &str,
         measured: impl std::fmt::Display,
         pass: bool,
     ) {
+        assert!(
+            !id.is_empty() && !source.is_empty(),
+            "verdict `{claim}`: every verdict needs an id and the source of its prediction"
+        );
         self.verdicts.push(Verdict {
+            id: id.to_string(),
             claim: claim.to_string(),
             prediction: prediction.to_string(),
+            source: source.to_string(),
             measured: measured.to_string(),
             pass,
+        });
+    }
+
+    /// Records a number reported without a prediction (see [`Measurement`]).
+    pub fn measurement(
+        &mut self,
+        id: &str,
+        quantity: &str,
+        value: impl std::fmt::Display,
+        note: &str,
+    ) {
+        self.measurements.push(Measurement {
+            id: id.to_string(),
+            quantity: quantity.to_string(),
+            value: value.to_string(),
+            note: note.to_string(),
         });
     }
 

@@ -44,7 +44,12 @@ pub fn path(
     radii
         .iter()
         .map(|&radius| {
-            let mut m = SvmModel::new(cfg, data.clone(), v.to_vec(), seed);
+            // The constrained problem: no penalty on top of the ball.
+            let cfg = ModelConfig {
+                kq_reg: 0.0,
+                ..cfg.clone()
+            };
+            let mut m = SvmModel::<f64>::new(&cfg, data.clone(), v.to_vec(), seed);
             // The ball: ‖W‖² ≤ R², or ‖K‖² + ‖Q‖² ≤ 2R.
             let bound = match cfg.param {
                 Param2::W => radius * radius,
@@ -76,7 +81,7 @@ pub fn path(
 }
 
 /// Scales the parameters onto the ball `Σ ‖p‖² ≤ bound` when they are outside it.
-fn project(m: &mut SvmModel, bound: f64) {
+fn project(m: &mut SvmModel<f64>, bound: f64) {
     let mut n2 = 0.0;
     m.visit(&mut |p| n2 += p.value().iter().map(|x| x * x).sum::<f64>());
     if n2 > bound {
@@ -111,7 +116,7 @@ pub(super) fn against_svm(
     }
     let pts = path(&cfg.model, data, v, seed, radii, cfg.probe.reg_steps);
     let w_big = &pts.last()?.w;
-    let (_, att) = SvmModel::new(&cfg.model, data.clone(), v.to_vec(), seed).forward(w_big);
+    let (_, att) = SvmModel::<f64>::new(&cfg.model, data.clone(), v.to_vec(), seed).forward(w_big);
     let mut sel = argmax_rows(&att, data.t);
     let mut ctrl = shifted(&sel, data.t);
     if cfg.probe.swap_selected {

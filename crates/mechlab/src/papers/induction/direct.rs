@@ -565,9 +565,10 @@ impl<T: Float> Step<'_, T> {
             return T::of(lo.loss);
         }
         // ŷ = Σ p_l e_{x_l}, p = softmax(s): ds_l = p_l (g[x_l] − ⟨ŷ, g⟩) / n
-        let pg: T = (0..s).map(|k| wk.yhat[k] * wk.g[k]).sum();
+        // centred on the likeliest token, so it does not cancel at saturation
+        let (g_top, pg) = mechlab_engine::layers::softmax::centred_inner(&wk.g, &wk.yhat);
         for i in 0..l {
-            let ds = wk.p[i] * (wk.g[x[i] as usize] - pg) * self.scale;
+            let ds = wk.p[i] * ((wk.g[x[i] as usize] - g_top) - pg) * self.scale;
             wk.sn += ds * wk.nn[i];
             for hd in 0..h {
                 ipr[hd] = relu(wk.ip[i * h + hd], hd);

@@ -341,10 +341,11 @@ impl<T: Float> Full<T> {
                 for j in 0..m {
                     dp[1 + j] = dob[band[j]];
                 }
-                let pdp: T = (0..=m).map(|kk| pr[kk] * dp[kk]).sum();
+                // centred on the top key: exact once the pattern is one-hot
+                let (dp_top, pdp) = softmax::centred_inner(&dp[..=m], &pr[..=m]);
                 let dw = self.w.grad_mut();
                 for kk in 0..=m {
-                    let dl = pr[kk] * (dp[kk] - pdp);
+                    let dl = pr[kk] * ((dp[kk] - dp_top) - pdp);
                     if kk > 0 {
                         dw[(hd + kk - 1) * h + hd] += dl;
                     }

@@ -30,6 +30,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use mechlab_engine::layers::loss::{self, Reduction};
+use mechlab_engine::layers::softmax;
 use mechlab_engine::parallel::{self, sized_chunk_range, sized_chunks};
 use mechlab_engine::{Float, Param};
 use rayon::prelude::*;
@@ -536,9 +537,11 @@ impl<T: Float> Ctx<'_, T> {
                 continue;
             }
             // --- backward through the layer-2 softmax into the cells ---
-            let pg: T = (0..s).map(|k| yhat[k] * g[k]).sum();
+            // g_k − ⟨ŷ, g⟩ centred on the likeliest token: no cancellation once
+            // ŷ rounds to one-hot (softmax::centred_inner).
+            let (g_top, pg) = softmax::centred_inner(&g[..s], &yhat[..s]);
             for k in 0..s {
-                g[k] = (g[k] - pg) * self.scale;
+                g[k] = ((g[k] - g_top) - pg) * self.scale;
             }
             let drow = &mut wk.d_n[qrow..qrow + nkw];
             for i in 0..l {

@@ -335,9 +335,10 @@ impl<T: Float> Simplified<T> {
                 let po = (hd * (h + 1) + m) * h;
                 let pat = &self.pattern[po..po + m];
                 let g = &self.d_pat[po..po + m];
-                let dot: T = (0..m).map(|j| pat[j] * g[j]).sum();
+                // centred on the top distance: exact once the pattern is one-hot
+                let (g_top, dot) = softmax::centred_inner(g, pat);
                 for j in 0..m {
-                    dw[(hd + j) * h + hd] += pat[j] * (g[j] - dot);
+                    dw[(hd + j) * h + hd] += pat[j] * ((g[j] - g_top) - dot);
                 }
             }
         }

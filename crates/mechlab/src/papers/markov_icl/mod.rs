@@ -38,7 +38,7 @@ use crate::train::{fit, Trainable};
 use config::ModelKind;
 pub use config::{DataConfig, MarkovConfig, ModelConfig, ProbeConfig};
 use data::{Batch, ChainSpec, Prior};
-use mechlab_engine::{Float, Param, Parameters};
+use mechlab_engine::{F64x2, Float, Param, Parameters};
 use minimal::MinimalModel;
 use model::{Dims, RpeTransformer};
 use rand_chacha::ChaCha8Rng;
@@ -193,18 +193,21 @@ impl Paper for MarkovIcl {
             (Dtype::F64, ModelKind::Transformer) => run_typed::<f64, RpeTransformer<f64>>(cfg, ctx),
             (Dtype::F32, ModelKind::Minimal) => run_typed::<f32, MinimalModel<f32>>(cfg, ctx),
             (Dtype::F64, ModelKind::Minimal) => run_typed::<f64, MinimalModel<f64>>(cfg, ctx),
+            (Dtype::F64x2, ModelKind::Transformer) => {
+                run_typed::<F64x2, RpeTransformer<F64x2>>(cfg, ctx)
+            }
+            (Dtype::F64x2, ModelKind::Minimal) => run_typed::<F64x2, MinimalModel<F64x2>>(cfg, ctx),
         }
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![
-            // Both findings hold over seeds 1–5 at this size and seeds 1–3 at the
-            // authors' sizes (docs/markov-icl.md, "Findings").
+            // The doubly stochastic prior does not reliably shorten the plateau, in
+            // our runs (seeds 1–5 here, 1–3 at the authors' sizes) and in the
+            // authors' algorithm with a correct sampler in the same settings
+            // (docs/markov-icl.md, "Findings").
             ReproduceItem::new("markov-icl-bigram", REPRODUCE_SHORT)
-                .with_finding("a doubly stochastic prior", "docs/markov-icl.md"),
-            ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT).with_finding(
-                "layer 1 forms a statistical induction head",
-                "docs/markov-icl.md",
-            ),
+                .with_finding(report::ids::DOUBLY, "docs/markov-icl.md"),
+            ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT),
             // The paper's minimal model, at 10× the authors' 200 steps (at 200 it
             // is still on the unigram plateau: docs/markov-icl.md, "Minimal model").
             ReproduceItem::new("markov-icl-minimal", REPRODUCE_SHORT),

@@ -68,6 +68,8 @@ impl Paper for TopicExperiment {
             (Dtype::F64, false) => synthetic::run_typed::<f64>(ctx, cfg),
             (Dtype::F32, true) => wiki::run_wiki::<f32>(ctx, cfg),
             (Dtype::F64, true) => wiki::run_wiki::<f64>(ctx, cfg),
+            (Dtype::F64x2, false) => synthetic::run_typed::<mechlab_engine::F64x2>(ctx, cfg),
+            (Dtype::F64x2, true) => wiki::run_wiki::<mechlab_engine::F64x2>(ctx, cfg),
         }
     }
     fn data_key(&self) -> Option<&'static str> {

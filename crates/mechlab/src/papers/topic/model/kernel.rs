@@ -208,25 +208,54 @@ pub(super) fn doc_step<T: Float>(
         .for_each(|x| *x = T::zero());
     match plan.loss {
         LossKind::CrossEntropy => {
+            // Each row's gradient is (cnt·p − labels)/n, cnt its labels (all of them
+            // for the shared row). At the row's top logit that difference cancels
+            // once p rounds to 1, so it is formed as (−c·Σ_(i≠top) p_i +
+            // (cnt − c)·p_top)/n, with c the labels on the top token (the engine's
+            // cross-entropy does the same, see its docs).
+            let cnt = if plan.shared { s } else { 1 };
             for r in 0..rows {
                 let row = &w.logits[r * v..(r + 1) * v];
-                let m = row.iter().copied().fold(T::neg_infinity(), T::max);
-                let z: T = row.iter().map(|x| (*x - m).exp()).sum();
-                let lse = m + z.ln();
-                let cnt = if plan.shared { s } else { 1 };
                 let dl = &mut w.d_logits[r * v..(r + 1) * v];
-                for (g, x) in dl.iter_mut().zip(row) {
-                    *g = (*x - lse).exp() * T::of_usize(cnt) * inv_n;
+                let top = argmax(row);
+                let m = row[top];
+                let mut rest = T::zero();
+                for (j, (g, x)) in dl.iter_mut().zip(row).enumerate() {
+                    *g = (*x - m).exp();
+                    if j != top {
+                        rest += *g;
+                    }
                 }
+                let sum = T::one() + rest;
+                let on_top = |&j: &usize| labels[j] as usize == top;
+                let c = if plan.shared {
+                    w.qpos.iter().filter(|j| on_top(j)).count()
+                } else {
+                    usize::from(on_top(&w.qpos[r]))
+                };
+                let (cnt_t, c_t) = (T::of_usize(cnt), T::of_usize(c));
+                let (p_rest, p_top) = (rest / sum, T::one() / sum);
+                let scale = cnt_t * inv_n / sum;
+                dl.iter_mut().for_each(|g| *g *= scale);
+                dl[top] = (-c_t * p_rest + (cnt_t - c_t) * p_top) * inv_n;
             }
             for (k, &j) in w.qpos.iter().enumerate() {
                 let r = if plan.shared { 0 } else { k };
                 let lab = labels[j] as usize;
                 let row = &w.logits[r * v..(r + 1) * v];
-                let m = row.iter().copied().fold(T::neg_infinity(), T::max);
-                let lse = m + row.iter().map(|x| (*x - m).exp()).sum::<T>().ln();
-                loss += (lse - row[lab]).as_f64() * inv_n.as_f64();
-                w.d_logits[r * v + lab] -= inv_n;
+                // log Σ exp(row) − row[lab] = ln(1 + Σ_(i≠top) e^(row_i − m)) + (m − row[lab])
+                let top = argmax(row);
+                let m = row[top];
+                let rest: T = row
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| i != top)
+                    .map(|(_, x)| (*x - m).exp())
+                    .sum();
+                loss += (rest.ln_1p() + (m - row[lab])).as_f64() * inv_n.as_f64();
+                if lab != top {
+                    w.d_logits[r * v + lab] -= inv_n;
+                }
             }
         }
         LossKind::Mse => {
@@ -346,4 +375,15 @@ pub(super) fn doc_step<T: Float>(
         }
     }
     loss
+}
+
+/// The index of the largest entry (the first if tied).
+fn argmax<T: Float>(row: &[T]) -> usize {
+    let mut top = 0;
+    for (j, &x) in row.iter().enumerate() {
+        if x > row[top] {
+            top = j;
+        }
+    }
+    top
 }
