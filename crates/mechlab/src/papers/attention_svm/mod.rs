@@ -294,7 +294,17 @@ impl Paper for AttentionSvm {
         let mut v = Vec::new();
         for preset in ["attention-svm-w", "attention-svm-kq", "attention-svm-local"] {
             for seed in [&[][..], &["seed=1"], &["seed=2"]] {
-                v.push(ReproduceItem::new(preset, seed));
+                let item = ReproduceItem::new(preset, seed);
+                // Claim (c) on seed 1: at the authors' 2 000 steps one sequence still
+                // keeps a token a support token outscores, and the authors'
+                // algorithm run on the same data (bench/attention_svm/authors_port.py
+                // --from) ends there too; at 20 000 steps both are locally optimal
+                // (docs/attention-svm.md, "Claim (c)").
+                v.push(if preset == "attention-svm-local" && seed == ["seed=1"] {
+                    item.with_finding(ids::LOCAL, "docs/attention-svm.md")
+                } else {
+                    item
+                });
             }
         }
         v

@@ -98,7 +98,7 @@ pub fn report(
                 "{:.3} ≤ best dev loss ≤ {:.3} + {}",
                 f.bound, f.bound, cfg.probe.bound_gap_max
             ),
-            "the bound is derived in docs/topic.md (\"Bayes bound\"); the authors' demo ends 0.25 above it (paper 3.395 against 3.149); the upper margin probe.bound_gap_max (0.4) is ours, above that",
+            "the bound E[H(θ)] + mean_t H(β_t) is derived in docs/topic.md (\"Probes\"); the authors' demo ends 0.25 above it (paper 3.395 against 3.149); the upper margin probe.bound_gap_max (0.4) is ours, above that",
             format!("{best:.4}"),
             best >= f.bound - 0.02 && best <= f.bound + cfg.probe.bound_gap_max,
         );
