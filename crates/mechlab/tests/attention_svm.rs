@@ -27,8 +27,11 @@ fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, E
 fn w_turns_to_the_svm_of_its_selection_and_a_wrong_selection_does_not_fit() {
     let tmp = tempfile::tempdir().unwrap();
     let s = run_preset("attention-svm-w", &[], &tmp.path().join("ok")).unwrap();
-    // 0.99 is not reached in 2000 steps (see docs/attention-svm.md); 0.9 is.
-    assert!(s.metrics["corr_sel"] > 0.9, "{s:?}");
+    // With the authors' algorithm and a backward that does not cancel, the verdict's
+    // 0.99 is reached in their 2 000 steps (docs/attention-svm.md).
+    let w = s.verdicts.iter().find(|v| v.id == "attention-svm.w-direction");
+    assert!(w.is_some_and(|v| v.pass), "{s:?}");
+    assert!(s.metrics["corr_sel"] > 0.99, "{s:?}");
     assert!(s.metrics["corr_ctrl"] < 0.5, "{s:?}");
     assert!(s.metrics["w_norm"] > 100.0, "{s:?}");
     assert!(s.metrics["attn_max"] > 0.99, "{s:?}");
@@ -39,6 +42,13 @@ fn w_turns_to_the_svm_of_its_selection_and_a_wrong_selection_does_not_fit() {
         "{s:?}"
     );
     assert!(s.metrics["reg_corr_ctrl"] < 0.5, "{s:?}");
+    // ... reported as a measurement: the theorems give only the limit R → ∞.
+    assert!(
+        s.measurements
+            .iter()
+            .any(|m| m.id == "attention-svm.regularisation-path"),
+        "{s:?}"
+    );
     for f in ["correlation", "norm", "singular_values"] {
         assert!(
             tmp.path().join(format!("ok/figures/{f}.json")).exists(),
@@ -64,11 +74,10 @@ fn w_turns_to_the_svm_of_its_selection_and_a_wrong_selection_does_not_fit() {
 #[test]
 fn inseparable_best_tokens_leave_gd_on_a_locally_optimal_set() {
     let tmp = tempfile::tempdir().unwrap();
-    let claim = "The highest-score tokens cannot be separated";
     let verdict = |s: &Summary| {
         s.verdicts
             .iter()
-            .find(|v| v.claim.starts_with(claim))
+            .find(|v| v.id == "attention-svm.local-optimality")
             .cloned()
     };
     let s = run_preset("attention-svm-local", &[], &tmp.path().join("ok")).unwrap();
@@ -117,16 +126,21 @@ fn kq_training_leaves_the_frobenius_direction() {
     assert!(s.metrics["w_norm"] > 10.0, "{s:?}");
 }
 
-/// Before the softmax saturates (about step 260 here, see docs/attention-svm.md),
-/// W = K Qᵀ points along the nuclear-norm SVM of its selection, well away from the
+/// With the authors' algorithm, W = K Qᵀ turns to the nuclear-norm SVM of its
+/// selection (the verdict's 0.99 within their 2 000 steps), well away from the
 /// Frobenius one; measured against a wrong selection it does not.
 #[test]
-fn kq_turns_to_the_nuclear_norm_svm_before_saturation() {
+fn kq_turns_to_the_nuclear_norm_svm() {
     let tmp = tempfile::tempdir().unwrap();
-    let set = ["seed=2", "train.steps=260"];
+    let set = ["seed=2"];
     let s = run_preset("attention-svm-kq", &set, &tmp.path().join("ok")).unwrap();
     let (nuc, fro) = (s.metrics["corr_nuc"], s.metrics["corr_sel"]);
-    assert!(nuc > 0.9 && nuc > fro + 0.1, "{s:?}");
+    assert!(nuc > 0.99 && nuc > fro + 0.1, "{s:?}");
+    let v = s
+        .verdicts
+        .iter()
+        .find(|v| v.id == "attention-svm.kq-nuclear-direction");
+    assert!(v.is_some_and(|v| v.pass), "{s:?}");
     assert!(s.metrics["rank_nuc"] < s.metrics["rank_mm"], "{s:?}");
     let swap = [&set[..], &["probe.swap_selected=true"]].concat();
     let bad = run_preset("attention-svm-kq", &swap, &tmp.path().join("swap")).unwrap();
