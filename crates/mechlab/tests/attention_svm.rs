@@ -29,7 +29,10 @@ fn w_turns_to_the_svm_of_its_selection_and_a_wrong_selection_does_not_fit() {
     let s = run_preset("attention-svm-w", &[], &tmp.path().join("ok")).unwrap();
     // With the authors' algorithm and a backward that does not cancel, the verdict's
     // 0.99 is reached in their 2 000 steps (docs/attention-svm.md).
-    let w = s.verdicts.iter().find(|v| v.id == "attention-svm.w-direction");
+    let w = s
+        .verdicts
+        .iter()
+        .find(|v| v.id == "attention-svm.w-direction");
     assert!(w.is_some_and(|v| v.pass), "{s:?}");
     assert!(s.metrics["corr_sel"] > 0.99, "{s:?}");
     assert!(s.metrics["corr_ctrl"] < 0.5, "{s:?}");
