@@ -219,14 +219,16 @@ pub(super) fn doc_step<T: Float>(
                 let dl = &mut w.d_logits[r * v..(r + 1) * v];
                 let top = argmax(row);
                 let m = row[top];
-                let mut rest = T::zero();
-                for (j, (g, x)) in dl.iter_mut().zip(row).enumerate() {
+                for (g, x) in dl.iter_mut().zip(row) {
                     *g = (*x - m).exp();
-                    if j != top {
-                        rest += *g;
-                    }
                 }
+                // Σ_(i≠top) without a branch in the loop (not Σ − 1, which cancels)
+                dl[top] = T::zero();
+                let rest = dl.iter().copied().sum::<T>();
+                dl[top] = T::one();
                 let sum = T::one() + rest;
+                w.row_top[r] = top;
+                w.row_l1p[r] = rest.ln_1p();
                 let on_top = |&j: &usize| labels[j] as usize == top;
                 let c = if plan.shared {
                     w.qpos.iter().filter(|j| on_top(j)).count()
@@ -242,17 +244,9 @@ pub(super) fn doc_step<T: Float>(
             for (k, &j) in w.qpos.iter().enumerate() {
                 let r = if plan.shared { 0 } else { k };
                 let lab = labels[j] as usize;
-                let row = &w.logits[r * v..(r + 1) * v];
+                let (top, row) = (w.row_top[r], &w.logits[r * v..(r + 1) * v]);
                 // log Σ exp(row) − row[lab] = ln(1 + Σ_(i≠top) e^(row_i − m)) + (m − row[lab])
-                let top = argmax(row);
-                let m = row[top];
-                let rest: T = row
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, _)| i != top)
-                    .map(|(_, x)| (*x - m).exp())
-                    .sum();
-                loss += (rest.ln_1p() + (m - row[lab])).as_f64() * inv_n.as_f64();
+                loss += (w.row_l1p[r] + (row[top] - row[lab])).as_f64() * inv_n.as_f64();
                 if lab != top {
                     w.d_logits[r * v + lab] -= inv_n;
                 }

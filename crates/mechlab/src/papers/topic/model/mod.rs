@@ -205,6 +205,10 @@ struct Work<T> {
     hbar: Vec<T>,    // [d]
     d_table: Vec<T>, // [V, d]: dh0 summed per token id
     qpos: Vec<usize>,
+    /// Per logits row `[S]`: its largest entry and `ln(1 + Σ_(i≠top) e^(z_i − z_top))`,
+    /// so each label's loss is `that + (z_top − z_label)` without another pass.
+    row_top: Vec<usize>,
+    row_l1p: Vec<T>,
     grads: [Vec<T>; N_SLOTS],
     loss: f64,
 }
@@ -430,6 +434,8 @@ impl<T: Float> TopicMlm<T> {
                     hbar: z(d),
                     d_table: if plan.need_dh0 { z(v * d) } else { Vec::new() },
                     qpos: Vec::with_capacity(l),
+                    row_top: vec![0; l],
+                    row_l1p: z(l),
                     grads: std::array::from_fn(|s| {
                         if train[s] {
                             z(p[s].numel())

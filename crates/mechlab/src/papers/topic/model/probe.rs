@@ -107,6 +107,8 @@ fn make_probe_work<T: Float>(l: usize, d: usize) -> Work<T> {
         hbar: Vec::new(),
         d_table: Vec::new(),
         qpos: Vec::new(),
+        row_top: Vec::new(),
+        row_l1p: Vec::new(),
         grads: std::array::from_fn(|_| Vec::new()),
         loss: 0.0,
     }
