@@ -132,8 +132,10 @@ def reproduce(
     combined report there, as ``mechlab reproduce`` does.
 
     Returns one dict per run: ``paper``, ``name``, ``dir``, ``seconds``,
-    ``summary`` (dict, or None when the run failed), ``error`` and ``run``. With
-    ``check=True`` a failed verdict or run raises VerdictError after all ran.
+    ``summary`` (dict, or None when the run failed), ``error``,
+    ``known_findings`` (the verdict ids documented as known findings) and ``run``.
+    With ``check=True`` a failed verdict that is not a known finding, or a failed
+    run, raises VerdictError after all ran (as ``mechlab reproduce --check``).
     """
     out = Path("runs/reproduce") if out is None else Path(out)
     if isinstance(papers, str):
@@ -153,6 +155,7 @@ def reproduce(
                 "seconds": r["seconds"],
                 "summary": summary,
                 "error": r["error"],
+                "known_findings": list(r["known_findings"]),
                 "run": Run(r["dir"]) if summary is not None else None,
             }
         )
@@ -162,7 +165,11 @@ def reproduce(
             if r["error"] is not None:
                 bad.append(f"{r['name']}: error: {r['error']}")
             else:
-                bad += [f"{r['name']}: {v['claim']} (measured {v['measured']})" for v in r["summary"]["verdicts"] if not v["pass"]]
+                bad += [
+                    f"{r['name']}: {v.get('id', '')} {v['claim']} (measured {v['measured']})"
+                    for v in r["summary"]["verdicts"]
+                    if not v["pass"] and v.get("id") not in r["known_findings"]
+                ]
         if bad:
             raise VerdictError("claims not borne out:\n  " + "\n  ".join(bad))
     return results

@@ -40,7 +40,8 @@ class Run:
 
     @property
     def summary(self) -> Optional[Dict[str, Any]]:
-        """``summary.json``: ``{"experiment", "seed", "metrics", "verdicts"}``;
+        """``summary.json``: ``{"experiment", "seed", "metrics", "verdicts",
+        "measurements"}``;
         ``None`` for a run that has not finished (interrupted: see ``resume``)."""
         if self._summary is None:
             text = _native.read_summary_json(self.dir)
@@ -51,7 +52,8 @@ class Run:
 
     @property
     def verdicts(self) -> List[Dict[str, Any]]:
-        """One dict per claim: ``claim``, ``prediction``, ``measured``, ``pass``."""
+        """One dict per claim: ``id``, ``claim``, ``prediction``, ``source`` (where
+        the prediction comes from), ``measured``, ``pass``."""
         s = self.summary
         return [] if s is None else list(s["verdicts"])
 

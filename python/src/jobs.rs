@@ -267,6 +267,9 @@ pub fn reproduce<'py>(
         d.set_item("name", &o.name)?;
         d.set_item("dir", &o.dir)?;
         d.set_item("seconds", o.seconds)?;
+        // The verdict ids documented as known findings (the CLI's `FAIL, known`).
+        let known: Vec<&str> = o.findings.iter().map(|f| f.id).collect();
+        d.set_item("known_findings", known)?;
         match &o.result {
             Ok(s) => {
                 d.set_item(

@@ -115,6 +115,8 @@ def test_reproduce_one_paper(tmp_path):
     assert [r["paper"] for r in res] == ["selection"] * len(res) and res
     r = res[0]
     assert r["error"] is None and r["summary"]["verdicts"] and r["seconds"] > 0
+    assert r["known_findings"] == []
+    assert all(v["id"] and v["source"] for v in r["summary"]["verdicts"])
     assert isinstance(r["run"], mechlab.Run) and r["run"].summary == r["summary"]
     assert (tmp_path / "rep" / "report.html").is_file()
 
