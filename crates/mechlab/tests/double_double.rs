@@ -12,9 +12,7 @@ use mechlab::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
 use mechlab::papers::markov_icl::minimal::{Layer1, MinimalModel};
 use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
-use mechlab::papers::selection::data::SeqData;
 use mechlab::papers::selection::model::{ModelConfig, SelectionModel};
-use mechlab::papers::topic::data::{MlmSet, NO_LABEL};
 use mechlab::papers::topic::model::{
     AttnKind, DecoderKind, EmbedKind, TopicMlm, TopicMlmConfig, ValueKind,
 };
@@ -25,7 +23,7 @@ use std::sync::Arc;
 
 #[path = "support/precision.rs"]
 mod support;
-use support::copy_params;
+use support::{copy_params, tiny_docs, tiny_reviews};
 
 /// `steps` steps of plain GD (lr 0.05) on the same model in f64 and in F64x2 from
 /// the same point: early in training, away from saturation, both are exact to
@@ -139,17 +137,7 @@ fn double_double_agrees_with_f64_early_in_training() {
     );
 
     let (n, tt, v, d) = (8, 6, 10, 4);
-    let seqs = Arc::new(SeqData {
-        n,
-        n_ctx: tt,
-        d_vocab: v,
-        ids: (0..n * tt).map(|i| ((i * 7 + i / tt) % v) as u32).collect(),
-        lens: (0..n).map(|k| (3 + k % 4) as u32).collect(),
-        y: (0..n)
-            .map(|k| if k % 3 == 0 { -1.0 } else { 1.0 })
-            .collect(),
-        signal: vec![],
-    });
+    let seqs = Arc::new(tiny_reviews(n, tt, v));
     let cfg = ModelConfig {
         d_model: d,
         e_orthogonal_to_v: false,
@@ -175,28 +163,7 @@ fn double_double_agrees_with_f64_early_in_training() {
         layer_norm: true,
         ..TopicMlmConfig::default()
     };
-    let (mut input, mut label, mut hidden, mut offsets) = (vec![], vec![], vec![], vec![0]);
-    for (doc, len) in [5usize, 7, 6].into_iter().enumerate() {
-        for i in 0..len {
-            let tok = ((doc + 2 * i) % v) as u32;
-            let masked = (i + doc) % 3 == 0;
-            input.push(tok);
-            hidden.push(masked);
-            label.push(if masked {
-                (tok + 1) % v as u32
-            } else {
-                NO_LABEL
-            });
-        }
-        offsets.push(input.len());
-    }
-    let set = MlmSet {
-        offsets,
-        original: input.clone(),
-        input,
-        label,
-        hidden,
-    };
+    let set = tiny_docs(v, &[5, 7, 6], 2);
     let topics: Vec<usize> = (0..v).map(|i| i % 2).collect();
     let docs: Vec<u32> = (0..set.len() as u32).collect();
     agree_early(

@@ -23,9 +23,8 @@ use mechlab::papers::induction::simplified::{LossKind, Simplified, SimplifiedCon
 use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
 use mechlab::papers::markov_icl::minimal::{Layer1, MinimalModel};
 use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
-use mechlab::papers::selection::data::SeqData;
 use mechlab::papers::selection::model::{ModelConfig, SelectionModel};
-use mechlab::papers::topic::data::{MlmSet, NO_LABEL};
+use mechlab::papers::topic::data::NO_LABEL;
 use mechlab::papers::topic::model::{
     AttnKind, DecoderKind, EmbedKind, TopicMlm, TopicMlmConfig, ValueKind,
 };
@@ -38,7 +37,7 @@ use std::sync::Arc;
 
 #[path = "support/precision.rs"]
 mod support;
-use support::copy_params;
+use support::{copy_params, tiny_docs, tiny_reviews};
 
 /// After one backward each, every nonzero reference gradient is matched in
 /// direction; at least `min_compared` parameters must have one. `zero` names
@@ -131,6 +130,38 @@ fn scale(p: &mut [f64], by: f64) {
     p.iter_mut().for_each(|x| *x *= by);
 }
 
+/// One induction model (its f64 and F64x2 types, its config): trained as the
+/// paper trains it (full-batch GD, lr 1) until the copier and the selector have
+/// formed, then a large `a` and a scaled `W` saturate both softmaxes; each target
+/// is set to the model's own prediction, so ŷ_y rounds to 1 where the layer-2
+/// softmax saturates: the regime of a trained model, where the cross-entropy and
+/// softmax backwards would cancel. The three models share no trait for `loss`,
+/// `predict`, `a` and `w`, hence a macro.
+macro_rules! induction_at_saturation {
+    ($what:expr, $ty:ident, $cfg:expr, $all:expr, $batch:expr, $l:expr) => {{
+        let (cfg, all, l) = ($cfg, $all, $l);
+        let mut a = $ty::<f64>::new(&cfg);
+        train(&mut a, |m| {
+            m.loss(&all.tokens, l, true);
+        });
+        a.a.value_mut()[0] = 300.0;
+        scale(a.w.value_mut(), 20.0);
+        for layer in ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"] {
+            assert_saturated($what, &mut a, $batch, layer);
+        }
+        let data = saturated_items(all, l, |t, out| {
+            a.predict(t, l, out);
+        });
+        let mut b = $ty::<F64x2>::new(&cfg);
+        copy_params(&a, &mut b);
+        a.zero_grad();
+        b.zero_grad();
+        a.loss(&data.tokens, l, true);
+        b.loss(&data.tokens, l, true);
+        assert_same_directions($what, &a, &b, 2, &[]);
+    }};
+}
+
 #[test]
 fn induction_models_at_saturation() {
     let l = 12;
@@ -141,82 +172,22 @@ fn induction_models_at_saturation() {
     };
     let all = generate(&spec, 5).unwrap();
     let batch = mechlab::papers::induction::causal::batch_of(&all, 30).0;
-    let cfg = SimplifiedConfig {
-        loss: LossKind::Nll,
+    let loss = LossKind::Nll;
+    let simplified = SimplifiedConfig {
+        loss,
         ..SimplifiedConfig::default()
     };
-    let mut a = Simplified::<f64>::new(&cfg);
-    // trained as the paper trains it (full-batch GD, lr 1) until the copier and
-    // the selector have formed, then a large a saturates the layer-2 softmax
-    train(&mut a, |m| {
-        m.loss(&all.tokens, l, true);
-    });
-    a.a.value_mut()[0] = 300.0;
-    scale(a.w.value_mut(), 20.0);
-    for layer in ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"] {
-        assert_saturated("simplified", &mut a, &batch, layer);
-    }
-    // each target set to the model's own prediction, so ŷ_y rounds to 1 where the
-    // layer-2 softmax saturates: the regime of a trained model, where the
-    // cross-entropy and softmax backwards would cancel
-    let data = saturated_items(&all, l, |t, out| {
-        a.predict(t, l, out);
-    });
-    let mut b = Simplified::<F64x2>::new(&cfg);
-    copy_params(&a, &mut b);
-    a.zero_grad();
-    b.zero_grad();
-    a.loss(&data.tokens, l, true);
-    b.loss(&data.tokens, l, true);
-    assert_same_directions("simplified", &a, &b, 2, &[]);
-
-    let fcfg = FullConfig {
-        loss: LossKind::Nll,
+    induction_at_saturation!("simplified", Simplified, simplified, &all, &batch, l);
+    let full = FullConfig {
+        loss,
         ..FullConfig::default()
     };
-    let mut a = Full::<f64>::new(&fcfg);
-    train(&mut a, |m| {
-        m.loss(&all.tokens, l, true);
-    });
-    a.a.value_mut()[0] = 300.0;
-    scale(a.w.value_mut(), 20.0);
-    for layer in ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"] {
-        assert_saturated("full", &mut a, &batch, layer);
-    }
-    let data = saturated_items(&all, l, |t, out| {
-        a.predict(t, l, out);
-    });
-    let mut b = Full::<F64x2>::new(&fcfg);
-    copy_params(&a, &mut b);
-    a.zero_grad();
-    b.zero_grad();
-    a.loss(&data.tokens, l, true);
-    b.loss(&data.tokens, l, true);
-    assert_same_directions("full", &a, &b, 2, &[]);
-
-    let dcfg = DirectConfig {
-        loss: LossKind::Nll,
+    induction_at_saturation!("full", Full, full, &all, &batch, l);
+    let direct = DirectConfig {
+        loss,
         ..DirectConfig::default()
     };
-    let mut a = Direct::<f64>::new(&dcfg);
-    train(&mut a, |m| {
-        m.loss(&all.tokens, l, true);
-    });
-    a.a.value_mut()[0] = 300.0;
-    scale(a.w.value_mut(), 20.0);
-    for layer in ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"] {
-        assert_saturated("direct", &mut a, &batch, layer);
-    }
-    let data = saturated_items(&all, l, |t, out| {
-        a.predict(t, l, out);
-    });
-    let mut b = Direct::<F64x2>::new(&dcfg);
-    copy_params(&a, &mut b);
-    a.zero_grad();
-    b.zero_grad();
-    a.loss(&data.tokens, l, true);
-    b.loss(&data.tokens, l, true);
-    assert_same_directions("direct", &a, &b, 2, &[]);
+    induction_at_saturation!("direct", Direct, direct, &all, &batch, l);
 }
 
 #[test]
@@ -286,17 +257,7 @@ fn markov_icl_models_at_saturation() {
 #[test]
 fn selection_model_at_saturation() {
     let (n, t, v, d) = (8, 6, 10, 4);
-    let data = SeqData {
-        n,
-        n_ctx: t,
-        d_vocab: v,
-        ids: (0..n * t).map(|i| ((i * 7 + i / t) % v) as u32).collect(),
-        lens: (0..n).map(|k| (3 + k % 4) as u32).collect(),
-        y: (0..n)
-            .map(|k| if k % 3 == 0 { -1.0 } else { 1.0 })
-            .collect(),
-        signal: vec![],
-    };
+    let data = tiny_reviews(n, t, v);
     let cfg = ModelConfig {
         d_model: d,
         e_orthogonal_to_v: false,
@@ -346,31 +307,7 @@ fn topic_model_at_saturation() {
         ..TopicMlmConfig::default()
     };
     // three documents, every third position masked (hidden key, labelled)
-    let (mut input, mut label, mut hidden, mut offsets) = (vec![], vec![], vec![], vec![0]);
-    for (doc, len) in [5usize, 7, 6, 8, 5, 9, 6, 7, 5, 8, 6, 7]
-        .into_iter()
-        .enumerate()
-    {
-        for i in 0..len {
-            let tok = ((doc + i) % v) as u32;
-            let masked = (i + doc) % 3 == 0;
-            input.push(tok);
-            hidden.push(masked);
-            label.push(if masked {
-                (tok + 1) % v as u32
-            } else {
-                NO_LABEL
-            });
-        }
-        offsets.push(input.len());
-    }
-    let set = MlmSet {
-        offsets,
-        original: input.clone(),
-        input,
-        label,
-        hidden,
-    };
+    let set = tiny_docs(v, &[5, 7, 6, 8, 5, 9, 6, 7, 5, 8, 6, 7], 1);
     let topics: Vec<usize> = (0..v).map(|i| i % 2).collect();
     let mut a = TopicMlm::<f64>::new(&cfg, v, &topics, set.max_len(), 4).unwrap();
     // queries, keys and the unembedding set large: patterns and predictions saturate
