@@ -59,6 +59,10 @@ evaluation set (`--n-eval` sequences from `--eval-seed`, same prior as training)
   * the authors' own metric (`test_error.test_last_token`): on a second fixed set of
     768 sequences, at the last position only, KL(true row || model) and
     KL(m-gram || model) for m = 0, 1, 2.
+From both metrics, mechlab's phase times (plateau entry, below the unigram
+strategy, half-way to the bigram strategy, bigram nearest; `phase_times` below and
+crates/mechlab/src/papers/markov_icl/phases.rs); `--phases JSON` recomputes them from
+saved curves.
 From these: t_bayes (mechlab's: first probe step with loss <= bigram +
 0.1 (uniform - bigram), the strategy losses taken on the same evaluation set), the
 first probe step at which bigram is the nearest strategy (and the step from which it
@@ -287,6 +291,35 @@ def first_step(steps, ok):
     return next((s for s, o in zip(steps, ok) if o), None)
 
 
+def phase_times(steps, kls, model_vs_truth, levels):
+    """mechlab's phase times (crates/mechlab/src/papers/markov_icl/phases.rs) from one
+    metric: `kls[j]` the KL(strategy || model) of uniform, unigram and bigram at probe j,
+    `model_vs_truth[j]` the model's distance to the true chain (a loss or a KL) and
+    `levels` the unigram and bigram strategies' distances on the same set."""
+    uni, big = levels
+    nearest = [min(range(3), key=lambda k: kl[k]) for kl in kls]
+    return {
+        "plateau": first_step(steps, [k == 1 for k in nearest]),
+        "below_unigram": first_step(steps, [m < uni for m in model_vs_truth]),
+        "half_to_bigram": first_step(steps, [m < 0.5 * (uni + big) for m in model_vs_truth]),
+        "bigram_closest": first_step(steps, [k == 2 for k in nearest]),
+    }
+
+
+def both_phases(curve, base, last_levels):
+    """Phase times on the all-position metric and on the authors' last-token one."""
+    steps = [c["step"] for c in curve]
+    names = ["uniform", "unigram", "bigram"]
+    return {
+        "phases_all": phase_times(steps, [[c[f"kl.{k}"] for k in names] for c in curve],
+                                  [c["loss"] for c in curve],
+                                  (base["unigram"], base["bigram"])),
+        "phases_last": phase_times(steps, [[c[f"last.kl.{m}gram"] for m in range(3)]
+                                           for c in curve],
+                                   [c["last.kl_true"] for c in curve], last_levels),
+    }
+
+
 def train_one(a, seed, ev, last):
     torch.manual_seed(seed)  # init and dropout, as their set_seed before building
     model = RelativeTransformer(a.vocab, a.d_model, a.heads0, a.seq_len, a.dropout)
@@ -330,7 +363,10 @@ def train_one(a, seed, ev, last):
         stays = s
     phases = [k for j, k in enumerate(nearest) if j == 0 or nearest[j - 1] != k]
     fin, init = curve[-1], curve[0]
+    last_levels = tuple(kl(last.true[:, -1], torch.log(last.strat[k][:, -1]))
+                        for k in ("unigram", "bigram"))
     summary = {
+        **both_phases(curve, ev.base, last_levels),
         "seed": seed, "n_params": n_params, "wall_s": round(wall, 1),
         "t_bayes": t_bayes,
         "bigram_nearest_first": first_step(steps, [k == "bigram" for k in nearest]),
@@ -383,7 +419,19 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--phases", metavar="JSON",
+                    help="print the phase times of the runs saved in JSON (no training)")
     a = ap.parse_args()
+    if a.phases:
+        saved = json.load(open(a.phases))
+        lv = saved["eval"]["last_token_kl_true_strategy"]
+        for r in saved["runs"]:
+            ph = both_phases(r["curve"], saved["eval"]["strategy_loss"],
+                             (lv["1gram"], lv["2gram"]))
+            print(f"seed {r['summary']['seed']}: " + "; ".join(
+                f"{m[7:]}: " + ", ".join(f"{k} {v}" for k, v in p.items())
+                for m, p in ph.items()))
+        return
     torch.set_num_threads(a.threads)
     torch.set_default_dtype(torch.float32)
     ev = EvalSet(a.prior, a.n_eval, a.vocab, a.seq_len, a.eval_seed)
@@ -400,6 +448,10 @@ def main():
               f"(unif {s['prev_token_uniform']:.3f}), induction {s['induction']:.3f} "
               f"(unif {s['induction_uniform']:.3f}, bar {s['induction_bar']:.3f}), "
               f"{s['wall_s']:.0f}s", flush=True)
+        for m in ("last", "all"):
+            ph = s[f"phases_{m}"]
+            print(f"  phases ({m}): " + ", ".join(f"{k} {fmt(v)}" for k, v in ph.items()),
+                  flush=True)
     out = {
         "command": " ".join(sys.argv), "args": vars(a), "torch": torch.__version__,
         "wall_s_total": round(time.time() - t0, 1),

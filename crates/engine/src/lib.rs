@@ -27,6 +27,7 @@
 //! | [`layers::softmax`] | row softmax with keep-mask, empty rows → zeros |
 //! | [`layers::attention`] | multi-head attention, bias / masks / causal, saves the pattern |
 //! | [`layers::rpe`] | relative-position bias from a `[H, n_dist]` table, per-head windows |
+//! | [`layers::dropout`] | inverted dropout `y = x ⊙ m`, masks keyed by (step, item) |
 //! | [`layers::layernorm`] | layer norm over the last dim, saves mean / rstd |
 //! | [`layers::l2norm`] | `y = x / max(‖x‖, eps)` per row, or `x / (‖x‖ + eps)` |
 //! | [`layers::polykernel`] | `Π_c ReLU(⟨zq^c, zk_t^c⟩)^δ_c` features, subset enumeration |

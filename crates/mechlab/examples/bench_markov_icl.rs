@@ -22,6 +22,7 @@ fn main() {
         prior: Prior::Dirichlet,
         alpha: 1.0,
         len: 101,
+        first: mechlab::papers::markov_icl::data::FirstToken::Stationary,
     };
     let dims = Dims {
         vocab: 2,
@@ -30,6 +31,7 @@ fn main() {
         n_heads: 1,
         init_std: 0.02,
         proj_std: 0.01,
+        dropout: 0.0,
     };
     let mut rng = stream(7, Stream::Data);
     let batches: Vec<Vec<u8>> = (0..3)

@@ -110,6 +110,7 @@ fn double_double_agrees_with_f64_early_in_training() {
         prior: Prior::Dirichlet,
         alpha: 1.0,
         len: 17,
+        first: mechlab::papers::markov_icl::data::FirstToken::Stationary,
     };
     let chain = sample(&spec, 6, &mut stream(4, Stream::Data)).unwrap();
     let dims = Dims {
@@ -119,6 +120,7 @@ fn double_double_agrees_with_f64_early_in_training() {
         n_heads: 2,
         init_std: 0.3,
         proj_std: 0.3,
+        dropout: 0.0,
     };
     let (ct, cl) = (&chain.tokens, chain.len);
     agree_early(

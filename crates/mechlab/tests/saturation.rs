@@ -198,6 +198,7 @@ fn markov_icl_models_at_saturation() {
         prior: Prior::Dirichlet,
         alpha: 1.0,
         len: 17,
+        first: mechlab::papers::markov_icl::data::FirstToken::Stationary,
     };
     let data = sample(&spec, 6, &mut stream(9, Stream::Data)).unwrap();
     let dims = Dims {
@@ -207,6 +208,7 @@ fn markov_icl_models_at_saturation() {
         n_heads: 2,
         init_std: 0.3,
         proj_std: 0.3,
+        dropout: 0.0,
     };
     let mut a = RpeTransformer::<f64>::new(&dims, &mut stream(9, Stream::Init)).unwrap();
     // every query, key, position table and the unembedding scaled up: patterns

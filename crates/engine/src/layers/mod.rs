@@ -3,6 +3,7 @@
 //! conventions (forward overwrites, backward accumulates, losses write).
 
 pub mod attention;
+pub mod dropout;
 pub mod embedding;
 pub mod l2norm;
 pub mod layernorm;

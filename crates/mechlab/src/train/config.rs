@@ -77,6 +77,9 @@ pub struct TrainConfig {
     pub beta2: f64,
     pub eps: f64,
     pub weight_decay: f64,
+    /// What `weight_decay` applies to: parameter groups, parameter names, or name
+    /// endings such as `W_Q` (see `Optimizer::with_decay_on`); empty: everything.
+    pub weight_decay_on: Vec<String>,
     pub schedule: ScheduleKind,
     pub warmup_steps: u64,
     pub final_lr_ratio: f64,
@@ -108,6 +111,7 @@ impl Default for TrainConfig {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.0,
+            weight_decay_on: Vec::new(),
             schedule: ScheduleKind::Constant,
             warmup_steps: 0,
             final_lr_ratio: 0.0,

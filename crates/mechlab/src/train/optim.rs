@@ -81,6 +81,8 @@ pub struct Optimizer<T: Float> {
     v: Vec<Vec<T>>,
     /// Learning-rate multiplier per parameter in visit order (empty: all 1).
     lr_scale: Vec<f64>,
+    /// Whether weight decay applies, per parameter in visit order (empty: all).
+    decays: Vec<bool>,
 }
 
 /// Below this sum of squares [`Optimizer::grad_norm`] rescales (f64's normal
@@ -141,6 +143,7 @@ impl<T: Float> Optimizer<T> {
             m,
             v,
             lr_scale: Vec::new(),
+            decays: Vec::new(),
         }
     }
 
@@ -170,6 +173,49 @@ impl<T: Float> Optimizer<T> {
             ));
         }
         self.lr_scale = per;
+        Ok(self)
+    }
+
+    /// Restricts weight decay to the parameters `on` names (`train.weight_decay_on`;
+    /// empty: every parameter, as before). An entry names a parameter group
+    /// (`layer0`), a parameter (`blocks.0.attn.W_Q`) or the last part of parameter
+    /// names (`W_Q`, every parameter called `….W_Q`), the way PyTorch users put
+    /// their `nn.Linear` weights in a decayed group and the rest in another. `Err`
+    /// names an entry that matches nothing.
+    pub fn with_decay_on(
+        mut self,
+        on: &[String],
+        model: &dyn Parameters<T>,
+    ) -> Result<Self, String> {
+        if on.is_empty() {
+            return Ok(self);
+        }
+        let matches = |e: &str, p: &Param<T>| {
+            let name = p.name();
+            p.group() == e || name == e || name.rsplit('.').next() == Some(e)
+        };
+        let mut per = Vec::new();
+        let mut used = vec![false; on.len()];
+        let mut names = Vec::new();
+        model.visit(&mut |p| {
+            let mut hit = false;
+            for (k, e) in on.iter().enumerate() {
+                if matches(e, p) {
+                    used[k] = true;
+                    hit = true;
+                }
+            }
+            per.push(hit);
+            names.push(p.name().to_string());
+        });
+        if let Some(k) = used.iter().position(|u| !u) {
+            return Err(format!(
+                "train.weight_decay_on[{k}] = {:?}: matches no parameter group, parameter or name ending (parameters: {})",
+                on[k],
+                names.join(", ")
+            ));
+        }
+        self.decays = per;
         Ok(self)
     }
 
@@ -274,6 +320,14 @@ impl<T: Float> Optimizer<T> {
             let (w, g) = p.value_and_grad_mut();
             let gs = T::of(gscale);
             let lr_t = T::of(lr * self.lr_scale.get(idx).copied().unwrap_or(1.0));
+            let h = Hyper {
+                weight_decay: if self.decays.get(idx).copied().unwrap_or(true) {
+                    h.weight_decay
+                } else {
+                    0.0
+                },
+                ..h
+            };
             match kind {
                 OptimizerKind::Sgd | OptimizerKind::NormalizedGd => {
                     let wd = T::of(h.weight_decay);
@@ -394,6 +448,44 @@ mod tests {
             f(&mut self.0);
             f(&mut self.1)
         }
+    }
+
+    #[test]
+    fn weight_decay_on_restricts_decoupled_decay_and_rejects_unmatched_entries() {
+        let two = || {
+            Two(
+                param("blocks.0.attn.W_Q", "layer0", &[1], vec![2.0]),
+                param("blocks.0.attn.W_pos", "layer0", &[1], vec![2.0]),
+            )
+        };
+        let hyper = Hyper {
+            weight_decay: 0.1,
+            ..Hyper::default()
+        };
+        // zero gradients: AdamW's only change is the decoupled decay w −= lr·wd·w
+        let decayed = |on: &[&str]| {
+            let mut m = two();
+            let on: Vec<String> = on.iter().map(|s| s.to_string()).collect();
+            let mut opt = Optimizer::new(OptimizerKind::Adamw, hyper, &m)
+                .with_decay_on(&on, &m)
+                .unwrap();
+            opt.step(&mut m, 0.5, &[]);
+            (m.0.value()[0], m.1.value()[0])
+        };
+        let shrunk = 2.0 - 0.5 * 0.1 * 2.0;
+        assert_eq!(decayed(&["W_Q"]), (shrunk, 2.0));
+        assert_eq!(decayed(&["blocks.0.attn.W_pos"]), (2.0, shrunk));
+        assert_eq!(decayed(&["layer0"]), (shrunk, shrunk));
+        assert_eq!(decayed(&[]), (shrunk, shrunk));
+        let m = two();
+        let e = Optimizer::new(OptimizerKind::Adamw, hyper, &m)
+            .with_decay_on(&["W_Q".into(), "W_K".into()], &m)
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("weight_decay_on[1]") && e.contains("\"W_K\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -241,6 +241,7 @@ pub fn fit<T: Float, M: Trainable<T>>(
             tracing::info!(stage = %stage.name, step = s, optimizer = ?stage.optimizer, lr = stage.lr, "stage started");
             let mut o = Optimizer::new(stage.optimizer, hyper, model)
                 .with_lr_scale(&cfg.lr_scale, model)
+                .and_then(|o| o.with_decay_on(&cfg.weight_decay_on, model))
                 .map_err(TrainError::Config)?;
             if let Some((pst, t, m, v)) = pending.take() {
                 if pst == Some(si) {

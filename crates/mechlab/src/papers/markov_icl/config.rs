@@ -4,7 +4,7 @@
 //! symbols, bigrams, Dirichlet(1) rows, T = 100, batch 64, d_model 16, one head,
 //! AdamW at 5e-4 with betas (0.9, 0.95) for 2 000 steps on fresh batches.
 
-use super::data::{ChainSpec, Prior};
+use super::data::{ChainSpec, FirstToken, Prior};
 use super::minimal::Layer1;
 use crate::experiment::Dtype;
 use crate::run::RunConfig;
@@ -29,6 +29,9 @@ pub struct DataConfig {
     /// Control: permute each sequence's tokens after drawing it, which keeps the
     /// in-context unigram counts and destroys every transition.
     pub shuffle: bool,
+    /// The first symbols' law: `stationary` (the chain's) or `uniform` (what the
+    /// authors' code draws, `docs/markov-icl.md`).
+    pub first: FirstToken,
 }
 
 impl Default for DataConfig {
@@ -41,6 +44,7 @@ impl Default for DataConfig {
             seq_len: 100,
             batch: 64,
             shuffle: false,
+            first: FirstToken::Stationary,
         }
     }
 }
@@ -53,6 +57,7 @@ impl DataConfig {
             prior: self.prior,
             alpha: self.alpha,
             len: self.seq_len + 1,
+            first: self.first,
         }
     }
 }
@@ -82,6 +87,9 @@ pub struct ModelConfig {
     pub init_std: f64,
     /// Init std of the output projections `W_O`.
     pub proj_std: f64,
+    /// Dropout rate at the authors' four places (`model.rs`); theirs is 0.1.
+    /// Training only; evaluation and probes run without it.
+    pub dropout: f64,
     pub dtype: Dtype,
 }
 
@@ -94,6 +102,7 @@ impl Default for ModelConfig {
             n_heads: 1,
             init_std: 0.02,
             proj_std: 0.01,
+            dropout: 0.0,
             dtype: Dtype::F32,
         }
     }
@@ -104,6 +113,9 @@ impl Default for ModelConfig {
 pub struct ProbeConfig {
     /// Sequences of the fixed evaluation batch (drawn from the Sample stream).
     pub n_eval: usize,
+    /// Sequences of the authors' last-token test set (`test_error.py`: 768); 0
+    /// leaves their metric out. Measured at every probe step (`run.probe_every`).
+    pub n_last: usize,
     /// Also train the same model (same init, same steps) on the doubly
     /// stochastic prior, to compare the plateaus (bigram, Dirichlet runs only).
     pub compare_prior: bool,
@@ -113,6 +125,7 @@ impl Default for ProbeConfig {
     fn default() -> Self {
         ProbeConfig {
             n_eval: 128,
+            n_last: 0,
             compare_prior: false,
         }
     }
@@ -193,6 +206,12 @@ pub fn check(cfg: &MarkovConfig) -> Result<(), String> {
             cfg.probe.n_eval
         ));
     }
+    if cfg.probe.n_last > 100_000 {
+        return Err(format!(
+            "probe.n_last = {}: must be 0..=100000",
+            cfg.probe.n_last
+        ));
+    }
     for (k, v) in [
         ("model.init_std", cfg.model.init_std),
         ("model.proj_std", cfg.model.proj_std),
@@ -200,6 +219,15 @@ pub fn check(cfg: &MarkovConfig) -> Result<(), String> {
         if !(v.is_finite() && v > 0.0) {
             return Err(format!("{k} = {v}: must be a positive number"));
         }
+    }
+    let p = cfg.model.dropout;
+    if !(p.is_finite() && (0.0..0.99).contains(&p)) {
+        return Err(format!("model.dropout = {p}: must be in [0, 0.99)"));
+    }
+    if cfg.model.kind == ModelKind::Minimal && p != 0.0 {
+        return Err(format!(
+            "model.dropout = {p}: the minimal model (model.kind = \"minimal\") has no dropout"
+        ));
     }
     if cfg.model.kind == ModelKind::Minimal && h != 1 {
         return Err(format!(

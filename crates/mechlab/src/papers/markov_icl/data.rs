@@ -31,6 +31,17 @@ pub enum Prior {
     DoublyStochastic,
 }
 
+/// The law of a sequence's first `n − 1` symbols (`data.first`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FirstToken {
+    /// The chain's stationary law (what the authors' `datasets.py` means to do).
+    #[default]
+    Stationary,
+    /// Uniform (what their code does: its `stationary_distribution` returns 1/S).
+    Uniform,
+}
+
 /// What a batch is drawn from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChainSpec {
@@ -43,6 +54,8 @@ pub struct ChainSpec {
     pub alpha: f64,
     /// Tokens per sequence, `T + 1` (inputs are the first `T`, targets the last `T`).
     pub len: usize,
+    /// The first symbols' law.
+    pub first: FirstToken,
 }
 
 impl ChainSpec {
@@ -180,8 +193,10 @@ pub fn draw(spec: &ChainSpec, gamma: &Gamma<f64>, b: usize, rng: &mut impl Rng) 
                 .for_each(|r| dirichlet_row(rng, gamma, r)),
             Prior::DoublyStochastic => doubly_stochastic(rng, s, tr),
         }
-        let pi = stationary(tr, s, nc);
-        let start = pick(rng, &pi) as usize;
+        let start = match spec.first {
+            FirstToken::Stationary => pick(rng, &stationary(tr, s, nc)) as usize,
+            FirstToken::Uniform => rng.random_range(0..nc),
+        };
         let seq = &mut tokens[i * len..(i + 1) * len];
         for (k, v) in seq[..n1].iter_mut().enumerate() {
             *v = ((start / s.pow((n1 - 1 - k) as u32)) % s) as u8;
@@ -278,6 +293,7 @@ mod tests {
             prior,
             alpha: 1.0,
             len: 40,
+            first: FirstToken::Stationary,
         }
     }
 
@@ -305,6 +321,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The doubly stochastic sampler: rows and columns sum to one (above), the
+    /// stationary law is uniform, and the law is symmetric under permutations
+    /// (as the uniform law on the Birkhoff polytope is): every entry has mean
+    /// 1/S, including those the sampler completes rather than draws.
+    #[test]
+    fn doubly_stochastic_matrices_are_uniform_on_the_polytope_in_mean() {
+        for s in [2usize, 3] {
+            let mut rng = stream(2, Stream::Data);
+            let (n, mut mean) = (4000, vec![0.0; s * s]);
+            let mut tr = vec![0.0; s * s];
+            for _ in 0..n {
+                doubly_stochastic(&mut rng, s, &mut tr);
+                let pi = stationary(&tr, s, s);
+                assert!(
+                    pi.iter().all(|&p| (p - 1.0 / s as f64).abs() < 1e-9),
+                    "{pi:?}"
+                );
+                mean.iter_mut()
+                    .zip(&tr)
+                    .for_each(|(m, v)| *m += v / n as f64);
+            }
+            // s.e. of a mean of U(0,1)-like entries over 4000 draws: ≈ 0.005
+            for (k, m) in mean.iter().enumerate() {
+                assert!(
+                    (m - 1.0 / s as f64).abs() < 0.02,
+                    "S = {s}, entry {k}: mean {m}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn uniform_first_tokens_ignore_the_stationary_law() {
+        let mut sp = spec(Prior::Dirichlet, 2);
+        sp.first = FirstToken::Uniform;
+        let b = sample(&sp, 3000, &mut stream(4, Stream::Data)).unwrap();
+        let mut c = [0.0f64; 3];
+        b.tokens
+            .chunks_exact(b.len)
+            .for_each(|q| c[q[0] as usize] += 1.0 / 3000.0);
+        assert!(c.iter().all(|&f| (f - 1.0 / 3.0).abs() < 0.03), "{c:?}");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! ```
 //! use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
 //! use mechlab_engine::hooks::{Batch, HookedModel};
-//! let dims = Dims { vocab: 2, max_len: 8, d_model: 4, n_heads: 2, init_std: 0.02, proj_std: 0.01 };
+//! let dims = Dims { vocab: 2, max_len: 8, d_model: 4, n_heads: 2, init_std: 0.02, proj_std: 0.01, dropout: 0.0 };
 //! let mut m = RpeTransformer::<f64>::new(&dims, &mut mechlab::rng::stream(0, mechlab::rng::Stream::Init)).unwrap();
 //! let (y, cache) = m.run_with_cache(&Batch::new(vec![0, 1, 1, 0], 1, 4), &["blocks.0.attn.hook_pattern"]).unwrap();
 //! assert_eq!(y.shape, vec![1, 4, 2]);
@@ -260,6 +260,7 @@ mod tests {
             n_heads: 2,
             init_std: 0.4,
             proj_std: 0.4,
+            dropout: 0.0,
         };
         RpeTransformer::new(&dims, &mut stream(5, Stream::Init)).unwrap()
     }

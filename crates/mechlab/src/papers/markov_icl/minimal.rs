@@ -327,6 +327,7 @@ mod tests {
             prior: Prior::Dirichlet,
             alpha: 1.0,
             len: 8,
+            first: crate::papers::markov_icl::data::FirstToken::Stationary,
         };
         let tok = sample(&spec, 11, &mut stream(3, Stream::Data))
             .unwrap()

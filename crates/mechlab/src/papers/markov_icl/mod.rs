@@ -24,6 +24,7 @@ pub mod data;
 pub mod hooks;
 pub mod minimal;
 pub mod model;
+pub mod phases;
 pub mod probes;
 mod report;
 
@@ -55,6 +56,20 @@ pub trait IclModel<T: Float>: Parameters<T> + Sized {
     /// Logits (`[T, S]`) of one input (`[T]`) and both layers' attention as
     /// distributions over the keys (`[H_l, T, T]`), which the head scores read.
     fn run_one(&mut self, input: &[u8]) -> (Vec<T>, [Vec<T>; 2]);
+    /// The training step the next `loss` calls are for (dropout masks), or
+    /// `None` for evaluation; models without dropout ignore it.
+    fn set_train_step(&mut self, _step: Option<u64>) {}
+    /// Logits at the last input position of every sequence of `tokens`
+    /// (`[B, T + 1]`, inputs the first `T`): `[B, S]`, for the authors' metric.
+    fn last_logits(&mut self, tokens: &[u8], len: usize) -> Vec<f64> {
+        let s = self.vocab();
+        let mut out = Vec::with_capacity(tokens.len() / len * s);
+        for seq in tokens.chunks_exact(len) {
+            let (logits, _) = self.run_one(&seq[..len - 1]);
+            out.extend(logits[(len - 2) * s..].iter().map(|v| v.as_f64()));
+        }
+        out
+    }
     /// Heads of layer 0.
     fn layer0_heads(&self) -> usize;
     fn vocab(&self) -> usize;
@@ -62,7 +77,16 @@ pub trait IclModel<T: Float>: Parameters<T> + Sized {
 
 impl<T: Float> IclModel<T> for RpeTransformer<T> {
     fn build(cfg: &MarkovConfig, seed: u64) -> Result<Self, String> {
-        RpeTransformer::new(&dims(cfg), &mut stream(seed, Stream::Init))
+        Ok(
+            RpeTransformer::new(&dims(cfg), &mut stream(seed, Stream::Init))?
+                .with_dropout_seed(seed),
+        )
+    }
+    fn set_train_step(&mut self, step: Option<u64>) {
+        RpeTransformer::set_train_step(self, step)
+    }
+    fn last_logits(&mut self, tokens: &[u8], len: usize) -> Vec<f64> {
+        RpeTransformer::last_logits(self, tokens, len)
     }
     fn loss(&mut self, tokens: &[u8], len: usize, grad: bool) -> T {
         RpeTransformer::loss(self, tokens, len, grad)
@@ -144,12 +168,15 @@ impl<T: Float, M: IclModel<T>> Parameters<T> for Task<T, M> {
 }
 
 impl<T: Float, M: IclModel<T>> Trainable<T> for Task<T, M> {
-    fn train_step(&mut self, _step: u64) -> T {
+    fn train_step(&mut self, step: u64) -> T {
         let mut b = data::draw(&self.spec, &self.gamma, self.batch, &mut self.rng);
         if self.shuffle {
             data::shuffle(&mut b, &mut self.rng);
         }
-        self.model.loss(&b.tokens, b.len, true)
+        self.model.set_train_step(Some(step));
+        let loss = self.model.loss(&b.tokens, b.len, true);
+        self.model.set_train_step(None);
+        loss
     }
     fn save_state(&self) -> serde_json::Value {
         serde_json::to_value(rng::save(&self.rng)).unwrap_or(serde_json::Value::Null)
@@ -167,6 +194,7 @@ pub struct MarkovIcl;
 
 /// The paper's presets.
 pub const PRESETS: &[Preset] = &[
+    crate::preset!("markov-icl"),
     crate::preset!("markov-icl-bigram"),
     crate::preset!("markov-icl-doubly-stochastic"),
     crate::preset!("markov-icl-trigram"),
@@ -233,6 +261,7 @@ pub fn dims(cfg: &MarkovConfig) -> Dims {
         n_heads: cfg.model.n_heads,
         init_std: cfg.model.init_std,
         proj_std: cfg.model.proj_std,
+        dropout: cfg.model.dropout,
     }
 }
 
@@ -257,6 +286,12 @@ fn eval_record(e: &probes::Eval, order: usize) -> Vec<(String, f64)> {
             rec.push((format!("prev_token.h{h}.d{}", r + 1), *v));
         }
     }
+    for (h, pf) in e.profile.iter().enumerate() {
+        rec.push((
+            format!("peak_distance.h{h}"),
+            probes::peak_distance(pf) as f64,
+        ));
+    }
     rec.push(("induction".into(), e.induction));
     rec
 }
@@ -268,11 +303,31 @@ fn run_typed<T: Float, M: IclModel<T>>(
     let seed = ctx.seed();
     let (order, alpha) = (cfg.data.order, cfg.data.alpha);
     let eval = eval_batch(&cfg.data, cfg.probe.n_eval, seed).map_err(bad)?;
+    // The authors' metric's fixed set (its own Sample sub-stream), when asked for.
+    let last = (cfg.probe.n_last > 0)
+        .then(|| {
+            let b = data::sample(
+                &cfg.data.spec(),
+                cfg.probe.n_last,
+                &mut substream(seed, Stream::Sample, 2),
+            )?;
+            let targets = probes::last_targets(&b, cfg.data.vocab, alpha, order);
+            Ok::<_, String>((b, targets))
+        })
+        .transpose()
+        .map_err(bad)?;
     let model = M::build(cfg, seed).map_err(bad)?;
     let mut task = Task::new(model, &cfg.data, stream(seed, Stream::Data)).map_err(bad)?;
     let mut probe_fn = |t: &mut Task<T, M>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
         let e = probes::evaluate(&mut t.model, &eval, alpha, order);
-        let rec = eval_record(&e, order);
+        let mut rec = eval_record(&e, order);
+        if let Some((b, targets)) = &last {
+            let lt = probes::last_token(&mut t.model, b, targets);
+            rec.push(("last.kl_true".into(), lt.kl_true));
+            for (st, v) in probes::strategies(order).iter().zip(&lt.kl) {
+                rec.push((format!("last.kl.{}", probes::strategy_name(*st)), *v));
+            }
+        }
         let refs: Vec<(&str, f64)> = rec.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         ctx.log("probe", step, &refs)
     };
@@ -306,6 +361,14 @@ fn run_typed<T: Float, M: IclModel<T>>(
                 pattern[1].iter().map(|v| v.as_f64()).collect(),
             ],
             pat_tokens,
+            // KL(true ‖ unigram / bigram strategy) at the last position of the authors' set
+            last_levels: last.as_ref().map(|(_, (truth, per))| {
+                let to_truth = |k: usize| {
+                    let logq: Vec<f64> = per[k].iter().map(|p| p.ln()).collect();
+                    probes::mean_kl(truth, &logq, cfg.data.vocab)
+                };
+                (to_truth(1), to_truth(2.min(per.len() - 1)))
+            }),
         },
     )
 }
@@ -323,6 +386,7 @@ fn train_plain<T: Float, M: IclModel<T>>(
     let mut task = Task::new(model, &cfg.data, substream(seed, Stream::Data, 2)).map_err(bad)?;
     let mut opt = Optimizer::new(cfg.train.optimizer, Hyper::from_config(&cfg.train), &task)
         .with_lr_scale(&cfg.train.lr_scale, &task)
+        .and_then(|o| o.with_decay_on(&cfg.train.weight_decay_on, &task))
         .map_err(bad)?;
     let total = cfg.train.total_steps();
     let mut curve = report::Curve::default();

@@ -7,8 +7,16 @@
 //! of the layer's table `W_pos` (`[T, D]`, split over heads like `q`), an output
 //! projection back into the residual stream, and finally LayerNorm and an
 //! unembedding. There are no absolute positions and no MLPs; layer 0 has
-//! `n_heads` heads and layer 1 one head, as in their code. Dropout (0.1 in
-//! theirs) is left out: mechlab trains deterministically.
+//! `n_heads` heads and layer 1 one head, as in their code.
+//!
+//! Dropout (`model.dropout`, theirs 0.1) sits at their four places: on the token
+//! embeddings, on the relative-position vectors gathered for each (query, key)
+//! pair (one mask per step, shared by the batch, as their `pos_dropout` acts on a
+//! `[T, T, D]` tensor without a batch axis), on the attention weights after the
+//! softmax (the recorded pattern is the one before it), and on each layer's output
+//! projection before the residual add. Masks come from `engine::layers::dropout`,
+//! keyed by (step, sequence), so training stays bit-identical for any thread
+//! count; evaluation (`run_one`, and `loss` outside a training step) has none.
 //!
 //! Forward and backward are written by hand over preallocated per-chunk
 //! workspaces; the batch is split into [`N_CHUNKS`] fixed chunks
@@ -17,6 +25,7 @@
 //! names (`embed.W_E`, `blocks.{l}.attn.W_Q`, ...), stored `[out, in]` like
 //! PyTorch's `nn.Linear`.
 
+use mechlab_engine::layers::dropout::{self, Dropout, MAX_ITEMS};
 use mechlab_engine::layers::loss::{cross_entropy_logits, Reduction};
 use mechlab_engine::layers::{layernorm, linear, softmax};
 use mechlab_engine::parallel::{for_each_chunk, reduce_ordered, N_CHUNKS};
@@ -42,6 +51,8 @@ pub struct Dims {
     pub init_std: f64,
     /// Init std of `W_O` (their `c_proj`, 0.01).
     pub proj_std: f64,
+    /// Dropout rate at the four places of the module doc (0: none).
+    pub dropout: f64,
 }
 
 /// The model: parameters and its training workspaces.
@@ -49,6 +60,20 @@ pub struct RpeTransformer<T: Float> {
     pub dims: Dims,
     pub params: Vec<Param<T>>,
     work: Vec<Work<T>>,
+    /// The dropout layer (`None` when `dims.dropout` is 0).
+    drop: Option<Dropout>,
+    /// The training step `loss` draws dropout masks for (`None`: evaluation).
+    train_step: Option<u64>,
+    // pos_mask[l]: [T(T+1)/2, D], the step's mask on p_{i−j} for every causal (i, j)
+    pos_mask: Vec<Vec<T>>,
+}
+
+/// What one training step's dropout gives the forward of a sequence.
+#[derive(Clone, Copy)]
+struct StepDrop<'a, T> {
+    layer: &'a Dropout,
+    step: u64,
+    pos: &'a [Vec<T>],
 }
 
 /// One chunk's activations for one sequence and its gradient accumulators.
@@ -81,6 +106,13 @@ struct Work<T> {
     dv: Vec<T>,
     dz: Vec<T>,
     drow: Vec<T>,
+    // dropout masks of this sequence (when on): embedding [T, D], per layer
+    // attention [H, T, T] and output projection [T, D]; dres: [T, D] scratch
+    drop_on: bool,
+    m_emb: Vec<T>,
+    m_attn: Vec<Vec<T>>,
+    m_res: Vec<Vec<T>>,
+    dres: Vec<T>,
     // gradients of every parameter, in visit order
     grads: Vec<Vec<T>>,
     loss: f64,
@@ -92,7 +124,14 @@ impl<T: Float> Work<T> {
         let hs = [dims.n_heads, 1];
         let td = vec![T::zero(); t * d];
         let tv = vec![T::zero(); t];
+        let on = dims.dropout > 0.0;
+        let masks = |n: usize| if on { vec![T::zero(); n] } else { Vec::new() };
         Work {
+            drop_on: false,
+            m_emb: masks(t * d),
+            m_attn: hs.iter().map(|&h| masks(h * t * t)).collect(),
+            m_res: vec![masks(t * d); 2],
+            dres: masks(t * d),
             t,
             resid: vec![td.clone(); 3],
             ln: vec![td.clone(); 2],
@@ -179,13 +218,47 @@ impl<T: Float> RpeTransformer<T> {
             dims: dims.clone(),
             params,
             work: Vec::new(),
+            drop: None,
+            train_step: None,
+            pos_mask: Vec::new(),
         })
+    }
+
+    /// Turns on `dims.dropout`, its masks drawn from `seed`'s dropout streams.
+    pub fn with_dropout_seed(mut self, seed: u64) -> Self {
+        let d = Dropout::new(self.dims.dropout, seed);
+        self.drop = (!d.is_off()).then_some(d);
+        self
+    }
+
+    /// The training step the next `loss` calls draw dropout masks for; `None`
+    /// (the default) evaluates without dropout.
+    pub fn set_train_step(&mut self, step: Option<u64>) {
+        self.train_step = step;
+    }
+
+    /// The same parameters and dropout, fresh workspaces (for finite differences).
+    pub fn duplicate(&self) -> Self {
+        RpeTransformer {
+            dims: self.dims.clone(),
+            params: self.params.clone(),
+            work: Vec::new(),
+            drop: self.drop.clone(),
+            train_step: self.train_step,
+            pos_mask: Vec::new(),
+        }
     }
 
     fn ensure_work(&mut self, t: usize) {
         if self.work.first().is_none_or(|w| w.t != t) {
             let sizes: Vec<usize> = self.params.iter().map(|p| p.numel()).collect();
             self.work = vec![Work::new(&self.dims, &sizes, t); N_CHUNKS];
+            let n = if self.drop.is_some() {
+                t * (t + 1) / 2 * self.dims.d_model
+            } else {
+                0
+            };
+            self.pos_mask = vec![vec![T::zero(); n]; 2];
         }
     }
 
@@ -196,6 +269,20 @@ impl<T: Float> RpeTransformer<T> {
         assert!(t <= self.dims.max_len, "sequence longer than model.max_len");
         self.ensure_work(t);
         let inv = 1.0 / (b * t) as f64;
+        // The step's shared position masks, keyed after the batch's items.
+        let drop = match (&self.drop, self.train_step) {
+            (Some(layer), Some(step)) => {
+                for (l, m) in self.pos_mask.iter_mut().enumerate() {
+                    layer.fill(m, &mut layer.rng(step, MAX_ITEMS - 1 - l as u64));
+                }
+                Some(StepDrop {
+                    layer,
+                    step,
+                    pos: &self.pos_mask,
+                })
+            }
+            _ => None,
+        };
         let params = &self.params;
         let dims = &self.dims;
         for_each_chunk(b, &mut self.work, |_, items, w| {
@@ -207,7 +294,7 @@ impl<T: Float> RpeTransformer<T> {
             }
             for i in items {
                 let seq = &tokens[i * len..(i + 1) * len];
-                forward(dims, params, &seq[..t], w);
+                forward(dims, params, &seq[..t], w, drop.map(|d| (d, i)));
                 for (p, lab) in w.labels.iter_mut().enumerate() {
                     *lab = Some(seq[p + 1] as usize);
                 }
@@ -222,7 +309,7 @@ impl<T: Float> RpeTransformer<T> {
                 if grad {
                     let sc = T::of(inv);
                     w.dlogits.iter_mut().for_each(|x| *x *= sc);
-                    backward(dims, params, &seq[..t], w);
+                    backward(dims, params, &seq[..t], w, drop.map(|d| (d, i)));
                 }
             }
         });
@@ -234,13 +321,32 @@ impl<T: Float> RpeTransformer<T> {
         T::of(self.work.iter().map(|w| w.loss).sum::<f64>() * inv)
     }
 
+    /// Logits at the last input position of every sequence of `tokens`
+    /// (`[B, T + 1]`, inputs the first `T`): `[B, S]`, computed in the fixed
+    /// chunks, without dropout.
+    pub fn last_logits(&mut self, tokens: &[u8], len: usize) -> Vec<f64> {
+        let (b, t, s) = (tokens.len() / len, len - 1, self.dims.vocab);
+        self.ensure_work(t);
+        let (params, dims) = (&self.params, &self.dims);
+        let mut outs: Vec<Vec<f64>> = vec![Vec::new(); self.work.len()];
+        let mut pairs: Vec<(&mut Work<T>, &mut Vec<f64>)> =
+            self.work.iter_mut().zip(outs.iter_mut()).collect();
+        for_each_chunk(b, &mut pairs, |_, items, (w, out)| {
+            for i in items {
+                forward(dims, params, &tokens[i * len..i * len + t], w, None);
+                out.extend(w.logits[(t - 1) * s..t * s].iter().map(|v| v.as_f64()));
+            }
+        });
+        outs.concat()
+    }
+
     /// Runs one sequence of inputs (`[T]`), returning its logits `[T, S]` and the
     /// attention patterns of both layers (`[H_l, T, T]` each).
     pub fn run_one(&mut self, input: &[u8]) -> (Vec<T>, [Vec<T>; 2]) {
         let t = input.len();
         self.ensure_work(t);
         let w = &mut self.work[0];
-        forward(&self.dims, &self.params, input, w);
+        forward(&self.dims, &self.params, input, w, None);
         (
             w.logits.clone(),
             [w.pattern[0].clone(), w.pattern[1].clone()],
@@ -256,13 +362,37 @@ fn heads(dims: &Dims, l: usize) -> usize {
     }
 }
 
-fn forward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>) {
+/// Packed index of the causal pair (i, j ≤ i) in a position mask.
+fn pair(i: usize, j: usize) -> usize {
+    i * (i + 1) / 2 + j
+}
+
+fn forward<T: Float>(
+    dims: &Dims,
+    p: &[Param<T>],
+    input: &[u8],
+    w: &mut Work<T>,
+    drop: Option<(StepDrop<T>, usize)>,
+) {
     let (s, d, t) = (dims.vocab, dims.d_model, input.len());
-    // resid[0]: [T, D] = W_E[input]
+    w.drop_on = drop.is_some();
+    if let Some((sd, item)) = drop {
+        // this sequence's masks, in a fixed order from its own stream
+        let r = &mut sd.layer.rng(sd.step, item as u64);
+        sd.layer.fill(&mut w.m_emb, r);
+        for l in 0..2 {
+            sd.layer.fill(&mut w.m_attn[l], r);
+            sd.layer.fill(&mut w.m_res[l], r);
+        }
+    }
+    // resid[0]: [T, D] = W_E[input] (⊙ mask)
     let we = p[0].value();
     for (i, &tok) in input.iter().enumerate() {
         let tok = tok as usize;
         w.resid[0][i * d..(i + 1) * d].copy_from_slice(&we[tok * d..(tok + 1) * d]);
+    }
+    if w.drop_on {
+        dropout::apply(&mut w.resid[0], &w.m_emb);
     }
     for l in 0..2 {
         let (h, dh) = (heads(dims, l), d / heads(dims, l));
@@ -285,7 +415,9 @@ fn forward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>)
         linear::forward(&mut w.k[l], &w.ln[l], p[li(l, 3)].value(), None, t, d, d);
         linear::forward(&mut w.v[l], &w.ln[l], p[li(l, 4)].value(), None, t, d, d);
         let pos = p[li(l, 6)].value(); // [T_max, D]
+        let pm = drop.map(|(sd, _)| &sd.pos[l][..]);
         let (q, k, v, z, pat) = (&w.q[l], &w.k[l], &w.v[l], &mut w.z[l], &mut w.pattern[l]);
+        let ma = &w.m_attn[l];
         z.iter_mut().for_each(|x| *x = T::zero());
         for hd in 0..h {
             let o = hd * dh;
@@ -297,15 +429,28 @@ fn forward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>)
                     let kj = &k[j * d + o..j * d + o + dh];
                     let pr = &pos[(i - j) * d + o..(i - j) * d + o + dh];
                     let mut acc = T::zero();
-                    for e in 0..dh {
-                        acc += qi[e] * (kj[e] + pr[e]);
+                    if let Some(pm) = pm {
+                        // p_{i−j} ⊙ the step's mask for the pair (i, j)
+                        let mm = &pm[pair(i, j) * d + o..pair(i, j) * d + o + dh];
+                        for e in 0..dh {
+                            acc += qi[e] * (kj[e] + pr[e] * mm[e]);
+                        }
+                    } else {
+                        for e in 0..dh {
+                            acc += qi[e] * (kj[e] + pr[e]);
+                        }
                     }
                     row[j] = acc * scale;
                 }
                 softmax::row_in_place(row, |j| j <= i);
                 let zi = &mut z[i * d + o..i * d + o + dh];
                 for j in 0..=i {
-                    let a = row[j];
+                    // z_i += (a_ij ⊙ mask_ij) v_j; the pattern keeps a_ij
+                    let a = if w.drop_on {
+                        row[j] * ma[(hd * t + i) * t + j]
+                    } else {
+                        row[j]
+                    };
                     let vj = &v[j * d + o..j * d + o + dh];
                     for e in 0..dh {
                         zi[e] += a * vj[e];
@@ -313,8 +458,11 @@ fn forward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>)
                 }
             }
         }
-        // resid[l+1] = resid[l] + z · W_Oᵀ
+        // resid[l+1] = resid[l] + dropout(z · W_Oᵀ)
         linear::forward(xo, z, p[li(l, 5)].value(), None, t, d, d);
+        if w.drop_on {
+            dropout::apply(xo, &w.m_res[l]);
+        }
         for (o, &xi) in xo.iter_mut().zip(x.iter()) {
             *o += xi;
         }
@@ -334,7 +482,13 @@ fn forward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>)
     linear::forward(&mut w.logits, &w.lnf, p[W_U].value(), None, t, d, s);
 }
 
-fn backward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>) {
+fn backward<T: Float>(
+    dims: &Dims,
+    p: &[Param<T>],
+    input: &[u8],
+    w: &mut Work<T>,
+    drop: Option<(StepDrop<T>, usize)>,
+) {
     let (s, d, t) = (dims.vocab, dims.d_model, input.len());
     let g = &mut w.grads;
     // d(ln_final): [T, D]
@@ -369,13 +523,21 @@ fn backward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>
     for l in (0..2).rev() {
         let (h, dh) = (heads(dims, l), d / heads(dims, l));
         let scale = T::of(1.0 / (dh as f64).sqrt());
-        // dz: [T, D] = dx · W_O ; dW_O += dxᵀ z. dx itself flows on through the residual.
+        // dz: [T, D] = (dx ⊙ mask) · W_O ; dW_O += (dx ⊙ mask)ᵀ z. dx itself flows
+        // on through the residual.
+        let dout = if w.drop_on {
+            w.dres.iter_mut().for_each(|x| *x = T::zero());
+            dropout::backward(&mut w.dres, &w.dx, &w.m_res[l]);
+            &w.dres
+        } else {
+            &w.dx
+        };
         w.dz.iter_mut().for_each(|x| *x = T::zero());
         linear::backward(
             Some(&mut w.dz),
             &mut g[li(l, 5)],
             None,
-            &w.dx,
+            dout,
             &w.z[l],
             p[li(l, 5)].value(),
             t,
@@ -386,33 +548,48 @@ fn backward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>
         w.dk.iter_mut().for_each(|x| *x = T::zero());
         w.dv.iter_mut().for_each(|x| *x = T::zero());
         let pos = p[li(l, 6)].value();
-        let (q, k, v, pat) = (&w.q[l], &w.k[l], &w.v[l], &w.pattern[l]);
+        let pm = drop.map(|(sd, _)| &sd.pos[l][..]);
+        let (q, k, v, pat, ma) = (&w.q[l], &w.k[l], &w.v[l], &w.pattern[l], &w.m_attn[l]);
         let dpos = &mut g[li(l, 6)];
         for hd in 0..h {
             let o = hd * dh;
             for i in 0..t {
                 let row = &pat[(hd * t + i) * t..(hd * t + i + 1) * t];
                 let dzi = &w.dz[i * d + o..i * d + o + dh];
-                // drow_j = dz_i · v_j, dv_j += a_ij dz_i
+                // drow_j = (dz_i · v_j) m_ij, dv_j += a_ij m_ij dz_i (m = 1 without dropout)
                 for j in 0..=i {
-                    let (vj, a) = (&v[j * d + o..j * d + o + dh], row[j]);
+                    let m = if w.drop_on {
+                        ma[(hd * t + i) * t + j]
+                    } else {
+                        T::one()
+                    };
+                    let (vj, a) = (&v[j * d + o..j * d + o + dh], row[j] * m);
                     let dvj = &mut w.dv[j * d + o..j * d + o + dh];
                     let mut acc = T::zero();
                     for e in 0..dh {
                         acc += dzi[e] * vj[e];
                         dvj[e] += a * dzi[e];
                     }
-                    w.drow[j] = acc;
+                    w.drow[j] = acc * m;
                 }
                 softmax::backward_row_in_place(&mut w.drow[..=i], &row[..=i]);
                 let qi = &q[i * d + o..i * d + o + dh];
                 for j in 0..=i {
                     let ds = w.drow[j] * scale;
                     let r = (i - j) * d + o;
-                    for e in 0..dh {
-                        w.dq[i * d + o + e] += ds * (k[j * d + o + e] + pos[r + e]);
-                        w.dk[j * d + o + e] += ds * qi[e];
-                        dpos[r + e] += ds * qi[e];
+                    if let Some(pm) = pm {
+                        let mm = &pm[pair(i, j) * d + o..pair(i, j) * d + o + dh];
+                        for e in 0..dh {
+                            w.dq[i * d + o + e] += ds * (k[j * d + o + e] + pos[r + e] * mm[e]);
+                            w.dk[j * d + o + e] += ds * qi[e];
+                            dpos[r + e] += ds * qi[e] * mm[e];
+                        }
+                    } else {
+                        for e in 0..dh {
+                            w.dq[i * d + o + e] += ds * (k[j * d + o + e] + pos[r + e]);
+                            w.dk[j * d + o + e] += ds * qi[e];
+                            dpos[r + e] += ds * qi[e];
+                        }
                     }
                 }
             }
@@ -446,7 +623,10 @@ fn backward<T: Float>(dims: &Dims, p: &[Param<T>], input: &[u8], w: &mut Work<T>
             d,
         );
     }
-    // embedding: dW_E[tok] += dx
+    // embedding: dW_E[tok] += dx (⊙ mask)
+    if w.drop_on {
+        dropout::apply(&mut w.dx, &w.m_emb);
+    }
     for (i, &tok) in input.iter().enumerate() {
         let tok = tok as usize;
         for e in 0..d {
@@ -479,6 +659,7 @@ mod tests {
             n_heads: h,
             init_std: 0.5,
             proj_std: 0.5,
+            dropout: 0.0,
         }
     }
 
@@ -492,19 +673,13 @@ mod tests {
                 prior: Prior::Dirichlet,
                 alpha: 1.0,
                 len: 8,
+                first: crate::papers::markov_icl::data::FirstToken::Stationary,
             };
             let b = sample(&spec, 11, &mut stream(3, Stream::Data)).unwrap();
             let tok = b.tokens.clone();
             let results = check_params(
                 &mut m,
-                |m: &RpeTransformer<f64>| {
-                    let mut c = RpeTransformer {
-                        dims: m.dims.clone(),
-                        params: m.params.clone(),
-                        work: Vec::new(),
-                    };
-                    c.loss(&tok, 8, false)
-                },
+                |m: &RpeTransformer<f64>| m.duplicate().loss(&tok, 8, false),
                 |m| {
                     m.loss(&tok, 8, true);
                 },
@@ -514,6 +689,93 @@ mod tests {
                 r.assert_below(1e-5, &format!("{name} (heads {h})"));
             }
         }
+    }
+
+    fn batch(n: usize) -> Vec<u8> {
+        let spec = ChainSpec {
+            vocab: 3,
+            order: 2,
+            prior: Prior::Dirichlet,
+            alpha: 1.0,
+            len: 8,
+            first: crate::papers::markov_icl::data::FirstToken::Stationary,
+        };
+        sample(&spec, n, &mut stream(3, Stream::Data))
+            .unwrap()
+            .tokens
+    }
+
+    /// With dropout on at a fixed training step the masks are fixed, so the
+    /// loss is a smooth function of the parameters and the backward must match it.
+    #[test]
+    fn gradient_with_dropout_matches_finite_differences_in_f64() {
+        for h in [1, 2] {
+            let mut dm = dims(h);
+            dm.dropout = 0.3;
+            let mut m = RpeTransformer::<f64>::new(&dm, &mut stream(3, Stream::Init))
+                .unwrap()
+                .with_dropout_seed(5);
+            m.set_train_step(Some(17));
+            let tok = batch(11);
+            let results = check_params(
+                &mut m,
+                |m: &RpeTransformer<f64>| m.duplicate().loss(&tok, 8, false),
+                |m| {
+                    m.loss(&tok, 8, true);
+                },
+                DEFAULT_H,
+            );
+            for (name, r) in results {
+                r.assert_below(1e-5, &format!("{name} (heads {h}, dropout)"));
+            }
+        }
+    }
+
+    /// Dropout changes the training loss, not the evaluation one, and a step's
+    /// masks depend on the step.
+    #[test]
+    fn dropout_acts_in_training_steps_only() {
+        let mut dm = dims(2);
+        dm.dropout = 0.3;
+        let tok = batch(9);
+        let mut m = RpeTransformer::<f64>::new(&dm, &mut stream(3, Stream::Init))
+            .unwrap()
+            .with_dropout_seed(5);
+        let mut plain = RpeTransformer::<f64>::new(&dims(2), &mut stream(3, Stream::Init)).unwrap();
+        let eval = m.loss(&tok, 8, false);
+        assert_eq!(eval.to_bits(), plain.loss(&tok, 8, false).to_bits());
+        m.set_train_step(Some(1));
+        let s1 = m.loss(&tok, 8, false);
+        m.set_train_step(Some(2));
+        let s2 = m.loss(&tok, 8, false);
+        assert!(s1 != eval && s2 != eval && s1 != s2, "{eval} {s1} {s2}");
+        m.set_train_step(Some(1));
+        assert_eq!(m.loss(&tok, 8, false).to_bits(), s1.to_bits());
+    }
+
+    /// A training step with dropout gives the same bits on 1 and 3 threads.
+    #[test]
+    fn dropout_steps_are_bit_identical_across_thread_counts() {
+        let mut dm = dims(2);
+        dm.dropout = 0.1;
+        let tok = batch(37);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut m = RpeTransformer::<f32>::new(&dm, &mut stream(3, Stream::Init))
+                    .unwrap()
+                    .with_dropout_seed(8);
+                m.set_train_step(Some(4));
+                let loss = m.loss(&tok, 8, true);
+                let mut bits = vec![loss.to_bits()];
+                m.visit(&mut |p| bits.extend(p.grad().iter().map(|g| g.to_bits())));
+                bits
+            })
+        };
+        assert_eq!(run(1), run(3));
     }
 
     #[test]

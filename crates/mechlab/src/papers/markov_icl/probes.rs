@@ -15,7 +15,7 @@
 //! current context, which is what the paper's induction head reads. Each score
 //! comes with the value uniform causal attention would get.
 
-use super::data::{strategy_probs, Batch, Strategy};
+use super::data::{ctx_index, strategy_probs, Batch, Strategy};
 use super::IclModel;
 use mechlab_engine::Float;
 
@@ -48,6 +48,10 @@ pub struct Eval {
     pub prev_token: Vec<Vec<f64>>,
     /// The same under uniform causal attention.
     pub prev_token_uniform: f64,
+    /// Layer 0: per head, the mean attention at every distance 0..T (`[head, r]`,
+    /// over the same queries as `prev_token`; a query farther than r from the
+    /// start counts 0), whose argmax is the distance the head attends to most.
+    pub profile: Vec<Vec<f64>>,
     /// Layer 1's statistical induction score, and uniform attention's.
     pub induction: f64,
     pub induction_uniform: f64,
@@ -88,6 +92,7 @@ pub fn evaluate<T: Float, M: IclModel<T>>(
     let (mut loss, mut ind, mut ind_u, mut prev_u) = (0.0, 0.0, 0.0, 0.0);
     let n1 = order - 1;
     let mut prev = vec![vec![0.0; n1]; h0];
+    let mut profile = vec![vec![0.0; t]; h0];
     let (mut n_ind, mut n_prev) = (0usize, 0usize);
     for seq in batch.tokens.chunks_exact(batch.len) {
         let (logits, pats) = m.run_one(&seq[..t]);
@@ -118,6 +123,9 @@ pub fn evaluate<T: Float, M: IclModel<T>>(
                 for r in 1..=n1 {
                     ph[r - 1] += row[i - r].as_f64();
                 }
+                for (j, a) in row[..=i].iter().enumerate() {
+                    profile[hd][i - j] += a.as_f64();
+                }
             }
             prev_u += 1.0 / (i + 1) as f64;
             n_prev += 1;
@@ -147,6 +155,10 @@ pub fn evaluate<T: Float, M: IclModel<T>>(
             .map(|ph| ph.iter().map(|v| v / n_prev.max(1) as f64).collect())
             .collect(),
         prev_token_uniform: prev_u / n_prev.max(1) as f64,
+        profile: profile
+            .iter()
+            .map(|ph| ph.iter().map(|v| v / n_prev.max(1) as f64).collect())
+            .collect(),
         induction: ind / n_ind.max(1) as f64,
         induction_uniform: ind_u / n_ind.max(1) as f64,
     }
@@ -155,4 +167,77 @@ pub fn evaluate<T: Float, M: IclModel<T>>(
 /// The first of `steps` at which `pred` holds for the values there (`None`: never).
 pub fn first_step(steps: &[f64], pred: impl Fn(usize) -> bool) -> Option<u64> {
     (0..steps.len()).find(|&i| pred(i)).map(|i| steps[i] as u64)
+}
+
+/// The authors' metric (`test_error.test_last_token`): at the last position of
+/// each sequence of a fixed set, KL(true row ‖ model) and KL(strategy ‖ model)
+/// for every strategy of [`strategies`], averaged over the set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LastToken {
+    pub kl_true: f64,
+    pub kl: Vec<f64>,
+}
+
+/// The last position's true next-token row and each strategy's prediction
+/// there, per sequence of `batch`: `(true [n, S], strategies [k][n, S])`.
+pub fn last_targets(
+    batch: &Batch,
+    vocab: usize,
+    alpha: f64,
+    order: usize,
+) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let (s, t, n1) = (vocab, batch.len - 1, order - 1);
+    let rows = s.pow(n1 as u32) * s;
+    let mut truth = Vec::with_capacity(batch.n * s);
+    let strats = strategies(order);
+    let mut per = vec![Vec::with_capacity(batch.n * s); strats.len()];
+    let mut out = vec![0.0; t * s];
+    for (b, seq) in batch.tokens.chunks_exact(batch.len).enumerate() {
+        // the input is seq[..t]; its last position predicts seq[t] from seq[t − n1..t]
+        let c = ctx_index(&seq[t - n1..t], s);
+        truth.extend_from_slice(&batch.trans[b * rows + c * s..b * rows + (c + 1) * s]);
+        for (k, &st) in strats.iter().enumerate() {
+            strategy_probs(seq, s, alpha, st, &mut out);
+            per[k].extend_from_slice(&out[(t - 1) * s..t * s]);
+        }
+    }
+    (truth, per)
+}
+
+/// Mean KL(p ‖ q) over rows, `q` as log-probabilities.
+pub fn mean_kl(p: &[f64], logq: &[f64], s: usize) -> f64 {
+    let n = p.len() / s;
+    let tot: f64 = p
+        .iter()
+        .zip(logq)
+        .filter(|(pv, _)| **pv > 0.0)
+        .map(|(pv, lq)| pv * (pv.ln() - lq))
+        .sum();
+    tot / n.max(1) as f64
+}
+
+/// The authors' metric of a model on `batch`, whose [`last_targets`] are `targets`.
+pub fn last_token<T: Float, M: IclModel<T>>(
+    m: &mut M,
+    batch: &Batch,
+    targets: &(Vec<f64>, Vec<Vec<f64>>),
+) -> LastToken {
+    let s = m.vocab();
+    let mut logq = m.last_logits(&batch.tokens, batch.len);
+    for row in logq.chunks_exact_mut(s) {
+        let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lse = row.iter().map(|v| (v - mx).exp()).sum::<f64>().ln() + mx;
+        row.iter_mut().for_each(|v| *v -= lse);
+    }
+    LastToken {
+        kl_true: mean_kl(&targets.0, &logq, s),
+        kl: targets.1.iter().map(|p| mean_kl(p, &logq, s)).collect(),
+    }
+}
+
+/// The distance a head's attention profile peaks at.
+pub fn peak_distance(profile: &[f64]) -> usize {
+    (0..profile.len())
+        .max_by(|&a, &b| profile[a].total_cmp(&profile[b]).then(b.cmp(&a)))
+        .unwrap_or(0)
 }

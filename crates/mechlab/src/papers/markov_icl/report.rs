@@ -8,6 +8,7 @@
 
 use super::config::{MarkovConfig, ModelKind};
 use super::data::Prior;
+use super::phases::{self, PhaseTimes};
 use super::probes::{self, Eval};
 use crate::experiment::ExperimentError;
 use crate::run::metrics;
@@ -44,6 +45,9 @@ pub struct Finals {
     /// Attention patterns of both layers on `pat_tokens` (`[H_l, T, T]`).
     pub pattern: [Vec<f64>; 2],
     pub pat_tokens: Vec<u8>,
+    /// The unigram and bigram strategies' KL to the true chain at the last
+    /// position of the authors' set (`None`: their metric was not measured).
+    pub last_levels: Option<(f64, f64)>,
 }
 
 fn fmt_step(s: Option<u64>) -> String {
@@ -93,6 +97,17 @@ pub fn finish(
         bayes,
     }
     .t_bayes();
+
+    // phase times on our metric (every position) and on the authors' (last position)
+    let phase_all = phases::phase_times(&steps, &kls, &loss, (unigram, f.base[2.min(ngram)]));
+    let phase_last = f.last_levels.map(|u| {
+        let lk: Vec<Vec<f64>> = names
+            .iter()
+            .map(|n| metrics::series(&recs, "probe", &format!("last.kl.{n}")).1)
+            .collect();
+        let (ls, lt) = metrics::series(&recs, "probe", "last.kl_true");
+        phases::phase_times(&ls, &lk, &lt, u)
+    });
 
     // --- figures ---
     let x1: Vec<f64> = steps.iter().map(|s| s + 1.0).collect();
@@ -184,6 +199,13 @@ pub fn finish(
     if let Some(t) = t_bayes {
         s.metric("t_bayes", t as f64);
     }
+    for (metric, pt) in [("all", Some(phase_all)), ("last", phase_last)] {
+        for (n, t) in pt.iter().flat_map(|p| p.named()) {
+            if let Some(t) = t {
+                s.metric(&format!("phase.{metric}.{n}"), t as f64);
+            }
+        }
+    }
     s.metric("induction", f.fin.induction);
     s.metric("induction_uniform", f.fin.induction_uniform);
     s.metric("prev_token_uniform", f.fin.prev_token_uniform);
@@ -195,14 +217,26 @@ pub fn finish(
     let span = uniform - bayes;
     let gap0 = loss.first().copied().unwrap_or(f64::NAN) - bayes;
     let gap = f.fin.loss - bayes;
-    s.verdict(
-        ids::LOSS,
-        "the final loss approaches the Bayes-optimal in-context n-gram (control: at init it is nearer uniform than Bayes)",
-        &format!("loss − Bayes < 0.2·(uniform − Bayes) = {:.4}; at init > 0.5·that span (nearer uniform than Bayes)", 0.2 * span),
-        "Edelman et al. 2024: the model approaches the Bayes-optimal in-context predictor (abstract, Fig. 1); the 0.2 of the span is our bar, not the paper's (docs/markov-icl.md, \"Verdicts\": the authors' algorithm, bench/markov_icl/authors_port.py, ends 0.022–0.037 above the bigram strategy on the seeds that leave the plateau at T = 50)",
-        format!("gap {gap:.4} (init {gap0:.4}); loss {:.4}, Bayes {bayes:.4}, unigram {unigram:.4}, uniform {uniform:.4}", f.fin.loss),
-        gap < 0.2 * span && gap0 > 0.5 * span,
-    );
+    let loss_line = format!("gap {gap:.4} (init {gap0:.4}); loss {:.4}, Bayes {bayes:.4}, unigram {unigram:.4}, uniform {uniform:.4}", f.fin.loss);
+    if cfg.model.kind == ModelKind::Minimal {
+        // Its logits are linear in the context's transition counts, so it cannot
+        // reach the Bayes loss; the paper gives no level for it (docs/markov-icl.md).
+        s.measurement(
+            ids::LOSS,
+            "the minimal model's final gap to the Bayes-optimal in-context n-gram",
+            loss_line,
+            "not judged: the paper reports no loss for this model, and a count-linear read-out cannot reach Bayes (docs/markov-icl.md, \"The paper's minimal model\")",
+        );
+    } else {
+        s.verdict(
+            ids::LOSS,
+            "the final loss approaches the Bayes-optimal in-context n-gram (control: at init it is nearer uniform than Bayes)",
+            &format!("loss − Bayes < 0.2·(uniform − Bayes) = {:.4}; at init > 0.5·that span (nearer uniform than Bayes)", 0.2 * span),
+            "Edelman et al. 2024: the model approaches the Bayes-optimal in-context predictor (abstract, Fig. 1); the 0.2 of the span is our bar, not the paper's (docs/markov-icl.md, \"Verdicts\": the authors' algorithm, bench/markov_icl/authors_port.py, ends 0.022–0.037 above the bigram strategy on the seeds that leave the plateau at T = 50)",
+            loss_line,
+            gap < 0.2 * span && gap0 > 0.5 * span,
+        );
+    }
     let last = n_probe.saturating_sub(1);
     s.verdict(
         ids::NEAREST,
@@ -253,19 +287,45 @@ pub fn finish(
     let best_prev: Vec<f64> = (0..order - 1)
         .map(|r| f.fin.prev_token.iter().map(|ph| ph[r]).fold(0.0, f64::max))
         .collect();
+    // the distance each head attends to most, after training and at init
+    let peaks: Vec<usize> = f
+        .fin
+        .profile
+        .iter()
+        .map(|p| probes::peak_distance(p))
+        .collect();
+    let init_peaks: Vec<f64> = (0..cfg.model.n_heads)
+        .map(|h| {
+            metrics::series(&recs, "probe", &format!("peak_distance.h{h}"))
+                .1
+                .first()
+                .copied()
+                .unwrap_or(f64::NAN)
+        })
+        .collect();
+    // distance r is some head's peak, with at least twice uniform attention's
+    // share there (the same boundary the control at init stays below)
+    let covered = (1..order).all(|r| {
+        peaks
+            .iter()
+            .zip(&f.fin.prev_token)
+            .any(|(&pk, ph)| pk == r && ph[r - 1] > 2.0 * pu)
+    });
+    let init_covers = (1..order).any(|r| init_peaks.contains(&(r as f64)));
     s.verdict(
         ids::PREV,
         "layer 0 forms a previous-token head for every parent distance (control: at init, uniform)",
-        &format!("best head per distance > max(0.4, 3 × uniform {pu:.3}); at init < 2 × uniform"),
-        "Edelman et al. 2024: the first layer attends to the previous token (Sec. 3, Fig. 3); the bar is ours (docs/markov-icl.md, \"Verdicts\"; the authors' algorithm scores 0.27–0.65 on the runs that leave the plateau)",
+        &format!("for each distance r = 1..n−1, some head attends to r more than to any other distance, with more than 2 × uniform {pu:.3} there; at init no head peaks at r (uniform causal attention peaks at distance 0)"),
+        "Edelman et al. 2024: the first layer attends to the previous token (Sec. 3, Fig. 3), read as \"the most attended distance\"; the 2 × uniform floor is ours, the boundary the control at init is held to (docs/markov-icl.md, \"Verdicts\")",
         format!(
-            "distance 1..{}: {:?} (init {:?})",
+            "most attended distance per head {:?} (init {:?}); attention at distance 1..{}: {:?} (init {:?}, uniform {pu:.3})",
+            peaks,
+            init_peaks,
             order - 1,
             round3(&best_prev),
             round3(&init_prev)
         ),
-        best_prev.iter().all(|&v| v > 0.4_f64.max(3.0 * pu))
-            && init_prev.iter().all(|&v| v < 2.0 * pu),
+        covered && !init_covers && init_prev.iter().all(|&v| v < 2.0 * pu),
     );
     let iu = f.fin.induction_uniform;
     let ind0 = ind.first().copied().unwrap_or(f64::NAN);
@@ -316,16 +376,30 @@ pub fn finish(
          {}, {} steps of {:?} at lr {}{}, dtype {:?}{}.\n\n\
          ## Measured\n\n| quantity | ours |\n|---|---|\n| eval loss | {:.4} |\n| strategy losses ({}) | {} |\n\
          | nearest strategy over training | {} |\n| t_bayes (loss within 0.1·(uniform − Bayes) of Bayes) | {} |\n{compare_line}\
-         | layer-0 previous-token score per distance | {:?} (uniform {pu:.3}) |\n| layer-1 induction score | {:.3} (uniform {iu:.3}) |\n\n\
+         | layer-0 previous-token score per distance | {:?} (uniform {pu:.3}) |\n| layer-1 induction score | {:.3} (uniform {iu:.3}) |\n\
+         | phase times, every position (plateau / below unigram / half-way to bigram / bigram nearest) | {} |\n\
+         | phase times, the authors' last-token metric | {} |\n\n\
          KL(strategy ‖ model) is averaged over every position of {} evaluation sequences; strategies are \
          Dirichlet-posterior means with the data's α. See `docs/markov-icl.md` for the paper's numbers.\n",
         cfg.data.vocab, cfg.data.prior, cfg.data.alpha, cfg.data.seq_len, cfg.data.batch, model_line(cfg),
         cfg.train.total_steps(), cfg.train.optimizer, cfg.train.lr, lr_scale_line(cfg), cfg.model.dtype,
         if cfg.data.shuffle { ", tokens shuffled within each sequence (control)" } else { "" },
         f.fin.loss, names.join(" / "), round3(&f.base).iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" / "),
-        phase_names.join(" → "), fmt_step(t_bayes), round3(&best_prev), f.fin.induction, cfg.probe.n_eval,
+        phase_names.join(" → "), fmt_step(t_bayes), round3(&best_prev), f.fin.induction,
+        phase_line(Some(phase_all)), phase_line(phase_last), cfg.probe.n_eval,
     ))?;
     Ok(s)
+}
+
+/// Phase times as one table cell.
+fn phase_line(p: Option<PhaseTimes>) -> String {
+    p.map_or("not measured (probe.n_last = 0)".into(), |p| {
+        p.named()
+            .iter()
+            .map(|(_, t)| fmt_step(*t))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    })
 }
 
 /// The model, as the notes' setting line names it.
