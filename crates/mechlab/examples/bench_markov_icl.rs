@@ -1,9 +1,11 @@
 //! Times one training step (forward + backward + AdamW update) of the markov-icl
 //! model in the authors' setting: S = 2, T = 100, batch 64, d_model 16, one head
-//! per layer, f64. `bench_markov_icl [steps] [dir]`: prints the loss of each of the
-//! first three steps (for the PyTorch cross-check) and the mean seconds per step;
-//! with `dir`, writes the batches of those three steps (`tokens.u8`, `[3, 64, 101]`)
-//! and the initial parameters in visit order (`params.f64`, little-endian) there.
+//! per layer, f64. `bench_markov_icl [steps] [dir] [dropout]`: prints the loss of
+//! each of the first three steps (for the PyTorch cross-check) and the mean seconds
+//! per step; with `dir` (`-` for none), writes the batches of those three steps
+//! (`tokens.u8`, `[3, 64, 101]`) and the initial parameters in visit order
+//! (`params.f64`, little-endian) there. With `dropout` > 0 the steps train with
+//! the authors' dropout (its cost; the losses then differ from PyTorch's).
 
 use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
 use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
@@ -31,15 +33,16 @@ fn main() {
         n_heads: 1,
         init_std: 0.02,
         proj_std: 0.01,
-        dropout: 0.0,
+        dropout: args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0.0),
     };
     let mut rng = stream(7, Stream::Data);
     let batches: Vec<Vec<u8>> = (0..3)
         .map(|_| sample(&spec, 64, &mut rng).expect("valid spec").tokens)
         .collect();
-    let mut m =
-        RpeTransformer::<f64>::new(&dims, &mut stream(7, Stream::Init)).expect("valid dims");
-    if let Some(dir) = args.get(1) {
+    let mut m = RpeTransformer::<f64>::new(&dims, &mut stream(7, Stream::Init))
+        .expect("valid dims")
+        .with_dropout_seed(7);
+    if let Some(dir) = args.get(1).filter(|d| *d != "-") {
         std::fs::write(format!("{dir}/tokens.u8"), batches.concat()).expect("write tokens");
         let mut bytes = Vec::new();
         m.visit(&mut |p| {
@@ -56,8 +59,11 @@ fn main() {
         ..Hyper::default()
     };
     let mut opt = Optimizer::new(OptimizerKind::Adamw, hyper, &m);
+    let mut t_step = 0u64;
     let mut step = |m: &mut RpeTransformer<f64>, tokens: &[u8]| {
         m.zero_grad();
+        m.set_train_step(Some(t_step));
+        t_step += 1;
         let loss = m.loss(tokens, 101, true);
         opt.step(m, 5e-4, &[]);
         loss

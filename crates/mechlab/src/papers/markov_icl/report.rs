@@ -30,7 +30,14 @@ impl Curve {
     /// of Bayes: past any unigram plateau (whose loss is above that under the
     /// Dirichlet prior) and onto the n-gram solution.
     pub fn t_bayes(&self) -> Option<u64> {
-        let target = self.bayes + 0.1 * (self.uniform - self.bayes);
+        self.t_within(0.1)
+    }
+
+    /// First probe step whose loss is within `frac` of the uniform–Bayes span
+    /// of Bayes (`t_bayes` is 0.1; 0.25 also counts runs that dropout keeps a
+    /// little above the Bayes loss).
+    pub fn t_within(&self, frac: f64) -> Option<u64> {
+        let target = self.bayes + frac * (self.uniform - self.bayes);
         probes::first_step(&self.steps, |i| self.loss[i] <= target)
     }
 }
@@ -90,13 +97,13 @@ pub fn finish(
         }
     }
     let phase_names: Vec<&str> = phases.iter().map(|&k| names[k].as_str()).collect();
-    let t_bayes = Curve {
+    let curve = Curve {
         steps: steps.clone(),
         loss: loss.clone(),
         uniform,
         bayes,
-    }
-    .t_bayes();
+    };
+    let (t_bayes, t_quarter) = (curve.t_bayes(), curve.t_within(0.25));
 
     // phase times on our metric (every position) and on the authors' (last position)
     let phase_all = phases::phase_times(&steps, &kls, &loss, (unigram, f.base[2.min(ngram)]));
@@ -198,6 +205,9 @@ pub fn finish(
     }
     if let Some(t) = t_bayes {
         s.metric("t_bayes", t as f64);
+    }
+    if let Some(t) = t_quarter {
+        s.metric("t_quarter", t as f64);
     }
     for (metric, pt) in [("all", Some(phase_all)), ("last", phase_last)] {
         for (n, t) in pt.iter().flat_map(|p| p.named()) {
@@ -355,6 +365,9 @@ pub fn finish(
         let td = c.t_bayes();
         if let Some(t) = td {
             s.metric("t_bayes.doubly_stochastic", t as f64);
+        }
+        if let Some(t) = c.t_within(0.25) {
+            s.metric("t_quarter.doubly_stochastic", t as f64);
         }
         s.verdict(
             ids::DOUBLY,
