@@ -3,16 +3,23 @@
 # in the authors' setting (S = 2, T = 100, batch 64, d_model 16, one head per
 # layer, f64) in mechlab and in our own PyTorch script, both on 2 threads, checks
 # that both compute the same losses on the same batches from the same initial
-# parameters, and prints the ratio. Run from anywhere: bench/markov_icl/run.sh [steps]
+# parameters, and prints the ratio. Then the same with the authors' dropout (0.1)
+# and weight decay (0.1 on the linear weights): mechlab writes its dropout masks,
+# the PyTorch side applies them, and the losses must agree again.
+# Run from anywhere: bench/markov_icl/run.sh [steps]
 set -euo pipefail
 source "$(dirname "$0")/../common.sh"
 steps="${1:-200}"
 bin="$(build_example bench_markov_icl)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-"$bin" "$steps" "$tmp" | tee "$tmp/rust.txt"
-"$py" bench/markov_icl/torch_rpe.py "$tmp" "$(( steps / 4 > 10 ? steps / 4 : 10 ))" | tee "$tmp/torch.txt"
-"$py" - "$tmp/rust.txt" "$tmp/torch.txt" <<'PY'
+for dropout in 0 0.1; do
+  dir="$tmp/d$dropout"
+  mkdir -p "$dir"
+  echo "== dropout $dropout"
+  "$bin" "$steps" "$dir" "$dropout" | tee "$dir/rust.txt"
+  "$py" bench/markov_icl/torch_rpe.py "$dir" "$(( steps / 4 > 10 ? steps / 4 : 10 ))" | tee "$dir/torch.txt"
+  "$py" - "$dir/rust.txt" "$dir/torch.txt" <<'PY'
 import sys
 def read(p):
     loss, per = [], None
@@ -28,3 +35,4 @@ assert err < 1e-9, "mechlab and PyTorch disagree"
 print(f"mechlab {tr*1e3:.2f} ms/step, PyTorch {tt*1e3:.2f} ms/step, ratio {tt/tr:.1f}x; "
       f"the authors' 2 000 steps: mechlab {2000*tr:.1f} s, PyTorch {2000*tt:.1f} s")
 PY
+done

@@ -5,7 +5,8 @@
 //! per step; with `dir` (`-` for none), writes the batches of those three steps
 //! (`tokens.u8`, `[3, 64, 101]`) and the initial parameters in visit order
 //! (`params.f64`, little-endian) there. With `dropout` > 0 the steps train with
-//! the authors' dropout (its cost; the losses then differ from PyTorch's).
+//! the authors' dropout and weight decay (0.1, linear weights only), and with `dir` the masks of the first three steps go to
+//! `masks.f64` (`RpeTransformer::masks_of`), so the PyTorch side applies the same.
 
 use mechlab::papers::markov_icl::data::{sample, ChainSpec, Prior};
 use mechlab::papers::markov_icl::model::{Dims, RpeTransformer};
@@ -52,13 +53,23 @@ fn main() {
         });
         std::fs::write(format!("{dir}/params.f64"), bytes).expect("write params");
     }
+    // With dropout, the rest of the authors' setting too: weight decay 0.1 on
+    // the linear weights only (markov-icl preset, `train.weight_decay_on`).
+    let authors = dims.dropout > 0.0;
     let hyper = Hyper {
         beta1: 0.9,
         beta2: 0.95,
         eps: 1e-8,
+        weight_decay: if authors { 0.1 } else { 0.0 },
         ..Hyper::default()
     };
-    let mut opt = Optimizer::new(OptimizerKind::Adamw, hyper, &m);
+    let linear: Vec<String> = ["W_Q", "W_K", "W_V", "W_O", "W_U"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut opt = Optimizer::new(OptimizerKind::Adamw, hyper, &m)
+        .with_decay_on(if authors { &linear } else { &[] }, &m)
+        .expect("the model has these parameters");
     let mut t_step = 0u64;
     let mut step = |m: &mut RpeTransformer<f64>, tokens: &[u8]| {
         m.zero_grad();
@@ -68,6 +79,23 @@ fn main() {
         opt.step(m, 5e-4, &[]);
         loss
     };
+    // with dropout, the masks of the three checked steps, for the PyTorch side
+    if let Some(dir) = args.get(1).filter(|d| *d != "-") {
+        if let Some(first) = m.masks_of(0, 100, 64) {
+            let mut bytes = Vec::new();
+            for st in 0..3 {
+                let masks = if st == 0 {
+                    first.clone()
+                } else {
+                    m.masks_of(st, 100, 64).expect("dropout on")
+                };
+                masks
+                    .iter()
+                    .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+            }
+            std::fs::write(format!("{dir}/masks.f64"), bytes).expect("write masks");
+        }
+    }
     for (s, b) in batches.iter().enumerate() {
         println!("step {s} loss {:.12}", step(&mut m, b));
     }

@@ -241,6 +241,36 @@ impl<T: Float> RpeTransformer<T> {
         self.train_step = step;
     }
 
+    /// The dropout masks of training step `step` for a batch of `items`
+    /// sequences of `t` inputs, flattened for checks against other
+    /// implementations: both layers' shared position masks (`[T(T+1)/2, D]` each,
+    /// rows the causal pairs (i, j ≤ i) in order), then per sequence its
+    /// embedding mask `[T, D]` and per layer its attention mask `[H_l, T, T]` and
+    /// output mask `[T, D]`. `None` without dropout.
+    pub fn masks_of(&self, step: u64, t: usize, items: usize) -> Option<Vec<f64>> {
+        let layer = self.drop.as_ref()?;
+        let d = self.dims.d_model;
+        let mut out: Vec<f64> = Vec::new();
+        for l in 0..2 {
+            let mut m = vec![0.0f64; t * (t + 1) / 2 * d];
+            layer.fill(&mut m, &mut layer.rng(step, MAX_ITEMS - 1 - l as u64));
+            out.extend(m);
+        }
+        let hs = [self.dims.n_heads, 1];
+        let mut emb = vec![0.0f64; t * d];
+        let mut attn: Vec<Vec<f64>> = hs.iter().map(|&h| vec![0.0; h * t * t]).collect();
+        let mut res = vec![vec![0.0f64; t * d]; 2];
+        for item in 0..items {
+            fill_seq_masks(layer, step, item, &mut emb, &mut attn, &mut res);
+            out.extend(&emb);
+            for l in 0..2 {
+                out.extend(&attn[l]);
+                out.extend(&res[l]);
+            }
+        }
+        Some(out)
+    }
+
     /// The same parameters and dropout, fresh workspaces (for finite differences).
     pub fn duplicate(&self) -> Self {
         RpeTransformer {
@@ -366,6 +396,24 @@ fn heads(dims: &Dims, l: usize) -> usize {
     }
 }
 
+/// One sequence's dropout masks, in a fixed order from its own stream:
+/// embedding, then per layer attention and output projection.
+fn fill_seq_masks<T: Float>(
+    layer: &Dropout,
+    step: u64,
+    item: usize,
+    emb: &mut [T],
+    attn: &mut [Vec<T>],
+    res: &mut [Vec<T>],
+) {
+    let r = &mut layer.rng(step, item as u64);
+    layer.fill(emb, r);
+    for l in 0..2 {
+        layer.fill(&mut attn[l], r);
+        layer.fill(&mut res[l], r);
+    }
+}
+
 /// Packed index of the causal pair (i, j ≤ i) in a position mask.
 fn pair(i: usize, j: usize) -> usize {
     i * (i + 1) / 2 + j
@@ -381,13 +429,7 @@ fn forward<T: Float>(
     let (s, d, t) = (dims.vocab, dims.d_model, input.len());
     w.drop_on = drop.is_some();
     if let Some((sd, item)) = drop {
-        // this sequence's masks, in a fixed order from its own stream
-        let r = &mut sd.layer.rng(sd.step, item as u64);
-        sd.layer.fill(&mut w.m_emb, r);
-        for l in 0..2 {
-            sd.layer.fill(&mut w.m_attn[l], r);
-            sd.layer.fill(&mut w.m_res[l], r);
-        }
+        fill_seq_masks(sd.layer, sd.step, item, &mut w.m_emb, &mut w.m_attn, &mut w.m_res);
     }
     // resid[0]: [T, D] = W_E[input] (⊙ mask)
     let we = p[0].value();
