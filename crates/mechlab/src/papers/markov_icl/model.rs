@@ -429,7 +429,14 @@ fn forward<T: Float>(
     let (s, d, t) = (dims.vocab, dims.d_model, input.len());
     w.drop_on = drop.is_some();
     if let Some((sd, item)) = drop {
-        fill_seq_masks(sd.layer, sd.step, item, &mut w.m_emb, &mut w.m_attn, &mut w.m_res);
+        fill_seq_masks(
+            sd.layer,
+            sd.step,
+            item,
+            &mut w.m_emb,
+            &mut w.m_attn,
+            &mut w.m_res,
+        );
     }
     // resid[0]: [T, D] = W_E[input] (⊙ mask)
     let we = p[0].value();
