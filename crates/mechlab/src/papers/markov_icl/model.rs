@@ -497,16 +497,21 @@ fn forward<T: Float>(
                 }
                 softmax::row_in_place(row, |j| j <= i);
                 let zi = &mut z[i * d + o..i * d + o + dh];
-                for j in 0..=i {
+                if w.drop_on {
                     // z_i += (a_ij ⊙ mask_ij) v_j; the pattern keeps a_ij
-                    let a = if w.drop_on {
-                        row[j] * ma[(hd * t + i) * t + j]
-                    } else {
-                        row[j]
-                    };
-                    let vj = &v[j * d + o..j * d + o + dh];
-                    for e in 0..dh {
-                        zi[e] += a * vj[e];
+                    let mrow = &ma[(hd * t + i) * t..(hd * t + i) * t + i + 1];
+                    for j in 0..=i {
+                        let (a, vj) = (row[j] * mrow[j], &v[j * d + o..j * d + o + dh]);
+                        for e in 0..dh {
+                            zi[e] += a * vj[e];
+                        }
+                    }
+                } else {
+                    for j in 0..=i {
+                        let (a, vj) = (row[j], &v[j * d + o..j * d + o + dh]);
+                        for e in 0..dh {
+                            zi[e] += a * vj[e];
+                        }
                     }
                 }
             }
@@ -609,21 +614,27 @@ fn backward<T: Float>(
             for i in 0..t {
                 let row = &pat[(hd * t + i) * t..(hd * t + i + 1) * t];
                 let dzi = &w.dz[i * d + o..i * d + o + dh];
-                // drow_j = (dz_i · v_j) m_ij, dv_j += a_ij m_ij dz_i (m = 1 without dropout)
+                // drow_j = (dz_i · v_j) m_ij, dv_j += a_ij m_ij dz_i (no m without dropout)
+                let mrow = if w.drop_on {
+                    &ma[(hd * t + i) * t..(hd * t + i) * t + i + 1]
+                } else {
+                    &ma[..0]
+                };
                 for j in 0..=i {
-                    let m = if w.drop_on {
-                        ma[(hd * t + i) * t + j]
-                    } else {
-                        T::one()
-                    };
-                    let (vj, a) = (&v[j * d + o..j * d + o + dh], row[j] * m);
+                    let (vj, mut a) = (&v[j * d + o..j * d + o + dh], row[j]);
+                    if let Some(&m) = mrow.get(j) {
+                        a *= m;
+                    }
                     let dvj = &mut w.dv[j * d + o..j * d + o + dh];
                     let mut acc = T::zero();
                     for e in 0..dh {
                         acc += dzi[e] * vj[e];
                         dvj[e] += a * dzi[e];
                     }
-                    w.drow[j] = acc * m;
+                    w.drow[j] = match mrow.get(j) {
+                        Some(&m) => acc * m,
+                        None => acc,
+                    };
                 }
                 softmax::backward_row_in_place(&mut w.drow[..=i], &row[..=i]);
                 let qi = &q[i * d + o..i * d + o + dh];
