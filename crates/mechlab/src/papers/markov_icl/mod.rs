@@ -229,10 +229,10 @@ impl Paper for MarkovIcl {
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![
-            // The doubly stochastic prior does not reliably shorten the plateau, in
-            // our runs (seeds 1–5 here, 1–3 at the authors' sizes) and in the
-            // authors' algorithm with a correct sampler in the same settings
-            // (docs/markov-icl.md, "Findings").
+            // At S = 2 the doubly stochastic prior does not reliably shorten the
+            // plateau, in our runs (seeds 1–5 here, 1–3 in the authors' setting) and
+            // in the authors' algorithm with a correct sampler in the same settings;
+            // at S = 3 it does (docs/markov-icl.md, "Findings").
             ReproduceItem::new("markov-icl-bigram", REPRODUCE_SHORT)
                 .with_finding(report::ids::DOUBLY, "docs/markov-icl.md"),
             ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT),
