@@ -1,4 +1,6 @@
 //! Multi-head scaled dot-product attention over one sequence.
+//! (One file a little past 600 lines: forward, backward and the key-mask rules of
+//! one layer are read together, and its tests sit with them.)
 //!
 //! Layouts follow TransformerLens (per batch element): `q` is `[Tq, H, d_qk]`,
 //! `k` is `[Tk, H, d_qk]`, `v` is `[Tk, H, d_v]` (TL `hook_q/k/v`; what a linear
