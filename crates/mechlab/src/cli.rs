@@ -28,6 +28,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per process, so a large variant costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// List the presets.
@@ -67,9 +69,13 @@ enum Cmd {
         /// Run only slice i of n (i from 0), for job arrays; merge with `mechlab merge`.
         #[arg(long)]
         shard: Option<String>,
-        /// Sweep folder (default sweeps/<preset>).
+        /// Sweep folder (default sweeps/<preset>). The same sweep into it again
+        /// continues it (finished runs are kept); another sweep is refused.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Delete the sweep results already in the folder and start over.
+        #[arg(long)]
+        replace: bool,
         /// Runs at a time (default: the number of cores).
         #[arg(long, conflicts_with = "slurm")]
         jobs: Option<usize>,
@@ -288,6 +294,7 @@ where
             set,
             shard,
             out,
+            replace,
             jobs,
             slurm: sl,
         } => {
@@ -307,14 +314,14 @@ where
                 .unwrap_or(source.clone());
             let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(stem));
             if sl.slurm {
-                return submit_sweep(&spec, &out, sl);
+                return submit_sweep(&spec, &out, sl, replace);
             }
             let jobs = jobs.unwrap_or_else(|| {
                 std::thread::available_parallelism()
                     .map(|n| n.get())
                     .unwrap_or(1)
             });
-            let rows = sweep::sweep(&spec, &out, jobs, &command)?;
+            let rows = sweep::sweep_with_progress(&spec, &out, jobs, &command, None, replace)?;
             let failed = rows.iter().filter(|r| r.status != "ok").count();
             println!(
                 "{} runs ({failed} failed): {}",
@@ -414,7 +421,12 @@ where
 }
 
 /// `mechlab sweep --slurm`: plan, write the scripts, submit (unless --dry-run).
-fn submit_sweep(spec: &sweep::SweepSpec, out: &std::path::Path, a: SlurmArgs) -> Result<i32> {
+fn submit_sweep(
+    spec: &sweep::SweepSpec,
+    out: &std::path::Path,
+    a: SlurmArgs,
+    replace: bool,
+) -> Result<i32> {
     let opts = slurm::SlurmOptions {
         partition: a.partition,
         time: a.time,
@@ -430,7 +442,7 @@ fn submit_sweep(spec: &sweep::SweepSpec, out: &std::path::Path, a: SlurmArgs) ->
         binary: binary.display().to_string(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let l = slurm::launch(spec, out, a.shards, &opts, writer, a.dry_run)?;
+    let l = slurm::launch(spec, out, a.shards, &opts, writer, a.dry_run, replace)?;
     println!(
         "{} runs in {} array tasks: {}",
         l.runs,

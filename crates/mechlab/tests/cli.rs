@@ -278,3 +278,74 @@ fn export_writes_npy_files_numpy_can_read() {
     let header = std::str::from_utf8(&pat[10..10 + hlen]).unwrap();
     assert!(header.contains("'shape': (64, 1, 1, "), "{header}");
 }
+
+#[test]
+fn a_sweep_folder_continues_the_same_sweep_and_refuses_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let sweep = |extra: &[&str]| {
+        let mut a = vec!["sweep", "selection-synthetic", "--out", "sw"];
+        a.extend_from_slice(SMALL);
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    fn strs(a: &[String]) -> Vec<&str> {
+        a.iter().map(|s| s.as_str()).collect()
+    }
+    let first = sweep(&["--seeds", "0..2"]);
+    ok(d, &strs(&first));
+    let sw = d.join("sw");
+    let index = std::fs::read_to_string(sw.join("index.csv")).unwrap();
+    let done = sw.join("runs/p0-s0/metrics.jsonl");
+    let (log, stamp) = (
+        std::fs::read(&done).unwrap(),
+        std::fs::metadata(&done).unwrap().modified().unwrap(),
+    );
+    std::fs::write(sw.join("runs/p0-s0/mine.txt"), "a user's note").unwrap();
+    std::fs::write(sw.join("mine.txt"), "a user's note").unwrap();
+    // A run cut short before its summary: the same sweep again finishes it, the
+    // finished run is read, not rerun, and nothing a user wrote is lost.
+    std::fs::remove_file(sw.join("runs/p0-s1/summary.json")).unwrap();
+    ok(d, &strs(&first));
+    assert_eq!(
+        std::fs::read_to_string(sw.join("index.csv")).unwrap(),
+        index
+    );
+    assert_eq!(std::fs::read(&done).unwrap(), log);
+    assert_eq!(std::fs::metadata(&done).unwrap().modified().unwrap(), stamp);
+    assert!(sw.join("runs/p0-s1/summary.json").is_file());
+    assert!(sw.join("runs/p0-s0/mine.txt").is_file());
+
+    // Another sweep into the folder is refused, each difference named, and the
+    // folder is left as it was.
+    let other = sweep(&["--seeds", "0..3", "--set", "train.steps=5"]);
+    let e = fails(d, &strs(&other));
+    assert!(e.contains("sweep.json"), "{e}");
+    assert!(e.contains("--seeds was [0, 1], now [0, 1, 2]"), "{e}");
+    assert!(e.contains("--set was"), "{e}");
+    assert!(e.contains("--replace"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(sw.join("index.csv")).unwrap(),
+        index
+    );
+    assert!(!sw.join("runs/p0-s2").exists());
+
+    // --replace starts over, deleting the sweep's results and nothing else.
+    let mut replace = sweep(&["--seeds", "0..3"]);
+    replace.push("--replace".into());
+    ok(d, &strs(&replace));
+    let index3 = std::fs::read_to_string(sw.join("index.csv")).unwrap();
+    assert_eq!(index3.lines().count(), 4, "{index3}");
+    assert!(sw.join("mine.txt").is_file());
+    assert!(!sw.join("runs/p0-s0/mine.txt").exists());
+
+    // Results without a sweep.json (an older mechlab's) are not taken over.
+    std::fs::remove_file(sw.join("sweep.json")).unwrap();
+    let e = fails(d, &strs(&sweep(&["--seeds", "0..3"])));
+    assert!(e.contains("no sweep.json"), "{e}");
+    // The index lists the planned runs only, whatever else is under runs/.
+    std::fs::create_dir_all(sw.join("runs/p9-s9")).unwrap();
+    ok(d, &strs(&sweep(&["--seeds", "1", "--replace"])));
+    let index1 = std::fs::read_to_string(sw.join("index.csv")).unwrap();
+    assert_eq!(index1.lines().count(), 2, "{index1}");
+}

@@ -15,9 +15,10 @@
 //! `mechlab sweep-status`.
 
 use super::sweep::{self, Row, SweepError, SweepSpec, MISSING};
+use super::sweep_folder;
 // Through `super`, so this file does not name where experiments live.
-use super::{resume, run, ExperimentError};
-use crate::run::{atomic, checkpoint, io_err, read_summary, RunError};
+use super::ExperimentError;
+use crate::run::{atomic, io_err, read_summary, RunError};
 use crate::train::TrainError;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -63,6 +64,9 @@ pub struct Plan {
     pub grid: Vec<(String, Vec<String>)>,
     pub seeds: Vec<u64>,
     pub shards: usize,
+    /// A local `--shard i/n`: the folder holds only that slice's runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<(usize, usize)>,
     pub mechlab: Writer,
 }
 
@@ -92,7 +96,7 @@ impl Plan {
             overrides: self.overrides.clone(),
             grid: self.grid.clone(),
             seeds: self.seeds.clone(),
-            shard: None,
+            shard: self.shard,
         }
     }
 
@@ -100,11 +104,13 @@ impl Plan {
         self.grid.iter().map(|(k, _)| k.clone()).collect()
     }
 
-    /// Every run, in the order shards split.
+    /// Every run the folder holds (all, or a local `--shard`'s slice), in the
+    /// order shards split.
     pub fn runs(&self) -> Vec<PlannedRun> {
         sweep::plan(&self.grid, &self.seeds)
             .into_iter()
             .enumerate()
+            .filter(|(i, _)| self.shard.is_none_or(|(s, n)| i % n == s))
             .map(|(index, (point, values, seed))| PlannedRun {
                 index,
                 point,
@@ -121,11 +127,8 @@ impl Plan {
             path: path.display().to_string(),
             reason,
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            bad(format!(
-                "{e} (is this a sweep folder written by `mechlab sweep --slurm`?)"
-            ))
-        })?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| bad(format!("{e} (is this a sweep folder?)")))?;
         let plan: Plan = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
         if plan.shards == 0 {
             return Err(bad("shards must be at least 1".into()));
@@ -133,7 +136,7 @@ impl Plan {
         Ok(plan)
     }
 
-    fn write(&self, dir: &Path) -> Result<(), ClusterError> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<(), ClusterError> {
         let path = dir.join(PLAN_FILE);
         let text = serde_json::to_string_pretty(self).expect("a plan serialises");
         atomic::write(&path, text.as_bytes()).map_err(io_err(&path))?;
@@ -142,21 +145,17 @@ impl Plan {
 }
 
 /// Makes the sweep folder for a cluster run: checks every run's config resolves,
-/// copies a config file into the folder (so later edits to it cannot change the
-/// sweep), and writes the plan. `shards` defaults to one per run. A folder that
-/// already holds the same plan is reused (its finished runs are kept); one that
-/// holds another is an error.
+/// records the sweep (see [`super::sweep_folder`]: the same sweep again continues
+/// the folder, another is refused unless `replace`) and makes the task folders. `shards` defaults
+/// to one per run.
 pub fn prepare(
     spec: &SweepSpec,
     out: &Path,
     shards: Option<usize>,
     mechlab: Writer,
+    replace: bool,
 ) -> Result<Plan, ClusterError> {
-    let keys: Vec<String> = spec.grid.iter().map(|(k, _)| k.clone()).collect();
     let all = sweep::plan(&spec.grid, &spec.seeds);
-    for (_, vals, seed) in &all {
-        sweep::resolve_run(spec, &keys, vals, *seed)?;
-    }
     let shards = shards.unwrap_or(all.len());
     if shards == 0 || shards > all.len() {
         return Err(ClusterError::Arg(format!(
@@ -164,46 +163,11 @@ pub fn prepare(
             all.len()
         )));
     }
-    for sub in ["runs", "logs", "slurm", "shards"] {
+    let plan = sweep_folder::open(spec, out, shards, mechlab, replace)?;
+    for sub in ["logs", "slurm", "shards"] {
         let d = out.join(sub);
         std::fs::create_dir_all(&d).map_err(io_err(&d))?;
     }
-    let out = out.canonicalize().map_err(io_err(out))?;
-    let mut source = spec.source.clone();
-    if crate::config::presets::find(&source).is_none() {
-        let from = Path::new(&spec.source);
-        let name = from
-            .file_name()
-            .ok_or_else(|| ClusterError::Arg(format!("{}: not a config file", spec.source)))?;
-        let to = out.join(name);
-        if from.canonicalize().ok() != Some(to.clone()) {
-            let text = std::fs::read(from).map_err(io_err(from))?;
-            atomic::write(&to, &text).map_err(io_err(&to))?;
-        }
-        source = to.display().to_string();
-    }
-    let plan = Plan {
-        source,
-        overrides: spec.overrides.clone(),
-        grid: spec.grid.clone(),
-        seeds: spec.seeds.clone(),
-        shards,
-        mechlab,
-    };
-    if out.join(PLAN_FILE).exists() {
-        let old = Plan::read(&out)?;
-        let same = Plan {
-            mechlab: plan.mechlab.clone(),
-            ..old
-        };
-        if same != plan {
-            return Err(ClusterError::Plan {
-                path: out.join(PLAN_FILE).display().to_string(),
-                reason: "this folder holds another sweep; choose another --out".into(),
-            });
-        }
-    }
-    plan.write(&out)?;
     Ok(plan)
 }
 
@@ -295,31 +259,32 @@ pub fn run_shard(
         mine.par_iter()
             .map(|r| {
                 let dir = r.dir(sweep);
-                let (status, metrics) = match run_or_resume(&spec, &keys, r, &dir, command) {
-                    Ok(m) => ("ok".to_string(), m),
-                    // Ctrl-C wrote a checkpoint: the run is unfinished, not failed,
-                    // and the next attempt resumes it.
-                    Err(
-                        e @ ClusterError::Experiment(ExperimentError::Train(
-                            TrainError::Interrupted { .. },
-                        )),
-                    ) => (format!("error: {e}"), BTreeMap::new()),
-                    Err(e) => {
-                        let failure = Failure {
-                            error: e.to_string(),
-                            log: record.log.clone(),
-                        };
-                        let p = dir.join(FAILED_FILE);
-                        let text = serde_json::to_string_pretty(&failure).expect("serialises");
-                        if let Err(we) = std::fs::create_dir_all(&dir)
-                            .and_then(|_| atomic::write(&p, text.as_bytes()))
-                        {
-                            eprintln!("{}: could not record the failure: {we}", p.display());
+                let (status, metrics) =
+                    match sweep_folder::run_or_resume(&spec, &keys, r, &dir, command) {
+                        Ok(m) => ("ok".to_string(), m),
+                        // Ctrl-C wrote a checkpoint: the run is unfinished, not failed,
+                        // and the next attempt resumes it.
+                        Err(
+                            e @ SweepError::Experiment(ExperimentError::Train(
+                                TrainError::Interrupted { .. },
+                            )),
+                        ) => (format!("error: {e}"), BTreeMap::new()),
+                        Err(e) => {
+                            let failure = Failure {
+                                error: e.to_string(),
+                                log: record.log.clone(),
+                            };
+                            let p = dir.join(FAILED_FILE);
+                            let text = serde_json::to_string_pretty(&failure).expect("serialises");
+                            if let Err(we) = std::fs::create_dir_all(&dir)
+                                .and_then(|_| atomic::write(&p, text.as_bytes()))
+                            {
+                                eprintln!("{}: could not record the failure: {we}", p.display());
+                            }
+                            eprintln!("{}: error: {e}", r.id());
+                            (format!("error: {e}"), BTreeMap::new())
                         }
-                        eprintln!("{}: error: {e}", r.id());
-                        (format!("error: {e}"), BTreeMap::new())
-                    }
-                };
+                    };
                 Row {
                     point: r.point,
                     seed: r.seed,
@@ -331,44 +296,6 @@ pub fn run_shard(
             .collect()
     });
     Ok(rows)
-}
-
-/// One run of a shard: its summary's metrics if it finished before, else resumed
-/// from its latest checkpoint, else run from scratch.
-fn run_or_resume(
-    spec: &SweepSpec,
-    keys: &[String],
-    r: &PlannedRun,
-    dir: &Path,
-    command: &str,
-) -> Result<BTreeMap<String, f64>, ClusterError> {
-    let _ = std::fs::remove_file(dir.join(FAILED_FILE));
-    if dir.join("summary.json").is_file() {
-        // A kill between the summary and the report leaves the report to rebuild.
-        if !dir.join("report.html").is_file() {
-            super::report::build(dir)?;
-        }
-        return Ok(read_summary(dir)?.metrics);
-    }
-    let started =
-        dir.join("config.toml").is_file() && !checkpoint::list(&dir.join("checkpoints")).is_empty();
-    if started {
-        match resume(dir, true) {
-            Ok(s) => {
-                eprintln!("{}: resumed from its checkpoints", r.id());
-                return Ok(s.metrics);
-            }
-            // A checkpoint cut short by the kill: the run is deterministic, so
-            // starting over gives the same result, only later.
-            Err(e) => eprintln!("{}: cannot resume ({e}); starting over", r.id()),
-        }
-    }
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(io_err(dir))?;
-    }
-    let resolved = sweep::resolve_run(spec, keys, &r.values, r.seed)?;
-    let summary = run(&resolved, dir, command, true)?;
-    Ok(summary.metrics)
 }
 
 /// A planned run that did not finish, as the merge step reports it.

@@ -8,6 +8,7 @@ pub mod report;
 pub mod reproduce;
 pub mod slurm;
 pub mod sweep;
+pub mod sweep_folder;
 
 use crate::config::{self, presets, ConfigError};
 use crate::experiment::{self, Experiment, ExperimentError, Prepared};

@@ -379,8 +379,8 @@ pub struct Launched {
     pub jobs: Option<Jobs>,
 }
 
-/// Plans the sweep into `out`, writes its scripts and, unless `dry_run`, submits
-/// them.
+/// Plans the sweep into `out` (`replace`: over another sweep there), writes its
+/// scripts and, unless `dry_run`, submits them.
 pub fn launch(
     spec: &super::sweep::SweepSpec,
     out: &Path,
@@ -388,10 +388,11 @@ pub fn launch(
     opts: &SlurmOptions,
     writer: super::cluster::Writer,
     dry_run: bool,
+    replace: bool,
 ) -> Result<Launched, ClusterError> {
     // Before any folder is made: a bad option should leave nothing behind.
     opts.validate()?;
-    let plan = super::cluster::prepare(spec, out, shards, writer)?;
+    let plan = super::cluster::prepare(spec, out, shards, writer, replace)?;
     let sweep = out.canonicalize().map_err(io_err(out))?;
     let (array_script, merge_script) = write_scripts(&sweep, &plan, opts)?;
     let jobs = if dry_run { None } else { Some(submit(&sweep)?) };

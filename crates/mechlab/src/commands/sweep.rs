@@ -7,7 +7,9 @@
 //! value), and `summary.json` counts the planned, ok, failed and missing runs.
 //! `--shard i/n` runs only the runs whose index is `i` modulo `n` (`i` from 0), so
 //! a cluster job array can split a sweep; [`merge`] combines the shards' folders
-//! into the summary an unsharded sweep would have written. `--slurm` (see
+//! into the summary an unsharded sweep would have written. The folder records its
+//! sweep in `sweep.json`; the same sweep again continues it and another is
+//! refused (see [`super::sweep_folder`]). `--slurm` (see
 //! [`super::cluster`] and [`super::slurm`]) does that split on a Slurm cluster.
 //!
 //! ```
@@ -17,7 +19,8 @@
 //! assert_eq!(parse_shard("1/4").unwrap(), (1, 4));
 //! ```
 
-use super::{resolve, run, Resolved};
+use super::cluster::Writer;
+use super::{resolve, sweep_folder, ExperimentError, Resolved};
 use crate::run::progress::Progress;
 use crate::run::{atomic, io_err, RunError};
 use rayon::prelude::*;
@@ -35,8 +38,13 @@ pub enum SweepError {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Run(#[from] RunError),
+    #[error(transparent)]
+    Experiment(#[from] ExperimentError),
     #[error("{path}: {reason}")]
     Index { path: String, reason: String },
+    /// The output folder holds another sweep (or unrecorded results).
+    #[error("{path}: {reason}")]
+    Folder { path: String, reason: String },
 }
 
 /// Splits `key=v1,v2,...` (commas inside brackets or quotes do not split).
@@ -163,66 +171,62 @@ pub(crate) fn resolve_run(
     Ok(resolve(&spec.source, &ov, Some(seed))?)
 }
 
-/// Runs the sweep into `out` with `jobs` runs at a time; returns the rows it ran.
+/// Runs the sweep into `out` with `jobs` runs at a time; returns its rows. A
+/// folder that already holds this sweep is continued (see [`sweep_folder`]).
 pub fn sweep(
     spec: &SweepSpec,
     out: &Path,
     jobs: usize,
     command: &str,
 ) -> Result<Vec<Row>, SweepError> {
-    sweep_with_progress(spec, out, jobs, command, None)
+    sweep_with_progress(spec, out, jobs, command, None, false)
 }
 
 /// [`sweep`], counting finished runs into `progress` (which replaces the
-/// terminal bar).
+/// terminal bar); `replace` starts the folder over when it holds another sweep.
 pub fn sweep_with_progress(
     spec: &SweepSpec,
     out: &Path,
     jobs: usize,
     command: &str,
     progress: Option<&Progress>,
+    replace: bool,
 ) -> Result<Vec<Row>, SweepError> {
-    let keys: Vec<String> = spec.grid.iter().map(|(k, _)| k.clone()).collect();
-    // Resolve every config first so a bad key fails before anything runs.
-    let resolved: Vec<(usize, Vec<String>, u64, Resolved)> = plan(&spec.grid, &spec.seeds)
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| spec.shard.is_none_or(|(s, n)| i % n == s))
-        .map(|(_, (pi, vals, seed))| {
-            resolve_run(spec, &keys, &vals, seed).map(|r| (pi, vals, seed, r))
-        })
-        .collect::<Result<_, _>>()?;
-    std::fs::create_dir_all(out.join("runs")).map_err(io_err(out))?;
+    let writer = Writer {
+        binary: std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let plan = sweep_folder::open(spec, out, 1, writer, replace)?;
+    let (spec, keys, runs) = (plan.spec(), plan.keys(), plan.runs());
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(jobs.max(1))
         .build()
         .map_err(|e| SweepError::Arg(format!("thread pool: {e}")))?;
     let bar = match progress {
         Some(p) => {
-            p.set_total(resolved.len() as u64);
+            p.set_total(runs.len() as u64);
             indicatif::ProgressBar::hidden()
         }
-        None => indicatif::ProgressBar::new(resolved.len() as u64),
+        None => indicatif::ProgressBar::new(runs.len() as u64),
     };
     let rows: Vec<Row> = pool.install(|| {
-        resolved
-            .par_iter()
-            .map(|(pi, vals, seed, r)| {
-                let dir = out.join("runs").join(format!("p{pi}-s{seed}"));
-                let _ = std::fs::remove_dir_all(&dir);
-                let res = run(r, &dir, command, true);
+        runs.par_iter()
+            .map(|r| {
+                let res = sweep_folder::run_or_resume(&spec, &keys, r, &r.dir(out), command);
                 bar.inc(1);
                 if let Some(p) = progress {
                     p.inc();
                 }
                 let (status, metrics) = match res {
-                    Ok(s) => ("ok".to_string(), s.metrics),
+                    Ok(m) => ("ok".to_string(), m),
                     Err(e) => (format!("error: {e}"), BTreeMap::new()),
                 };
                 Row {
-                    point: *pi,
-                    seed: *seed,
-                    values: vals.clone(),
+                    point: r.point,
+                    seed: r.seed,
+                    values: r.values.clone(),
                     status,
                     metrics,
                 }
