@@ -12,7 +12,15 @@ native module ``mechlab._native``); see docs/python.md.
 """
 
 from ._api import config, load, presets, reproduce, resume, run, sweep
-from ._errors import CheckpointError, ConfigError, HookError, MechlabError, RunFolderError, VerdictError
+from ._errors import (
+    CheckpointError,
+    ConfigError,
+    HookError,
+    MechlabError,
+    RunFolderError,
+    SweepFolderError,
+    VerdictError,
+)
 from ._model import Hook, Model
 from ._native import __version__
 from ._run import Run, Sweep
@@ -27,6 +35,7 @@ __all__ = [
     "Run",
     "RunFolderError",
     "Sweep",
+    "SweepFolderError",
     "VerdictError",
     "__version__",
     "config",

@@ -96,16 +96,24 @@ def sweep(
     out: Optional[PathLike] = None,
     jobs: Optional[int] = None,
     shard: Optional[Tuple[int, int]] = None,
+    replace: bool = False,
     quiet: bool = True,
 ) -> Sweep:
     """Runs the grid (the product of ``grid``'s value lists) times ``seeds`` in
     parallel, as ``mechlab sweep`` does, into ``out`` (default
-    ``sweeps/<preset>``); a failed run is a row with its error, not an exception."""
+    ``sweeps/<preset>``); a failed run is a row with its error, not an exception.
+
+    The same sweep into the same ``out`` again continues it: finished runs are
+    kept, interrupted ones resume, failed ones run again. Another sweep there
+    raises :class:`SweepFolderError` naming each difference, unless ``replace``
+    (which deletes the folder's sweep results first; other files stay)."""
     src = _source(preset_or_path)
     if out is None:
         out = Path("sweeps") / Path(src).stem
     seed_list = _seeds(seeds)
-    cmd = _call("sweep", src, grid, seeds=seeds, overrides=overrides, out=out, jobs=jobs, shard=shard)
+    cmd = _call(
+        "sweep", src, grid, seeds=seeds, overrides=overrides, out=out, jobs=jobs, shard=shard, replace=replace or None
+    )
     with bar(quiet, f"sweep {src}", "run") as cb:
         d = _native.sweep(
             src,
@@ -115,6 +123,7 @@ def sweep(
             out=Path(out),
             jobs=jobs,
             shard=shard,
+            replace=replace,
             command=cmd,
             on_progress=cb,
         )

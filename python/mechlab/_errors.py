@@ -24,3 +24,9 @@ class VerdictError(MechlabError):
 class HookError(MechlabError, ValueError):
     """An unknown hook point (the message names the closest), a bad hook or bad
     model inputs."""
+
+
+class SweepFolderError(MechlabError, FileExistsError):
+    """The sweep's output folder holds another sweep (the message names each
+    difference) or results without a ``sweep.json``; nothing in it was touched.
+    Choose another ``out`` or pass ``replace=True``."""

@@ -38,6 +38,7 @@ def sweep(
     out: PathLike,
     jobs: Optional[int] = None,
     shard: Optional[Tuple[int, int]] = None,
+    replace: bool = False,
     command: Optional[str] = None,
     on_progress: OnProgress = None,
 ) -> str: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -118,6 +119,26 @@ class Sweep:
         return self._table("summary.csv")
 
     def runs(self) -> List[Run]:
-        """Every run folder of the sweep (``p<point>-s<seed>``), in name order."""
+        """The sweep's runs in plan order (grid points, first key slowest, then
+        seeds), as ``sweep.json`` records them; runs not started yet are left
+        out, and so is anything else under ``runs/``. A folder from before
+        ``sweep.json`` existed falls back to ``index.csv``."""
+        plan_path = self.dir / "sweep.json"
+        if plan_path.is_file():
+            plan = json.loads(plan_path.read_text())
+            values = [vals for _, vals in plan["grid"]]
+            names = [
+                f"p{point}-s{seed}"
+                for point, _ in enumerate(itertools.product(*values))
+                for seed in plan["seeds"]
+            ]
+            shard = plan.get("shard")
+            if shard is not None:
+                names = [n for i, n in enumerate(names) if i % shard[1] == shard[0]]
+        else:
+            import csv
+
+            with open(self.dir / "index.csv", newline="") as f:
+                names = [row["run"] for row in csv.DictReader(f)]
         root = self.dir / "runs"
-        return [Run(p) for p in sorted(root.iterdir()) if (p / "config.toml").is_file()]
+        return [Run(root / n) for n in names if (root / n / "config.toml").is_file()]

@@ -25,6 +25,8 @@ pub enum Kind {
     RunFolder,
     /// A bad hook name, hook or model input (also a `ValueError`).
     Hook,
+    /// A sweep folder holding another sweep (also a `FileExistsError`).
+    SweepFolder,
 }
 
 impl Kind {
@@ -35,6 +37,7 @@ impl Kind {
             Kind::Checkpoint => "CheckpointError",
             Kind::RunFolder => "RunFolderError",
             Kind::Hook => "HookError",
+            Kind::SweepFolder => "SweepFolderError",
         }
     }
 }

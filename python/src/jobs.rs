@@ -158,7 +158,7 @@ fn finish_run(
 
 /// Runs a sweep; returns its folder. `grid` maps dotted keys to lists of values.
 #[pyfunction]
-#[pyo3(signature = (source, grid, seeds, *, overrides=None, out, jobs=None, shard=None, command=None, on_progress=None))]
+#[pyo3(signature = (source, grid, seeds, *, overrides=None, out, jobs=None, shard=None, replace=false, command=None, on_progress=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn sweep(
     py: Python<'_>,
@@ -169,6 +169,7 @@ pub fn sweep(
     out: PathBuf,
     jobs: Option<usize>,
     shard: Option<(usize, usize)>,
+    replace: bool,
     command: Option<String>,
     on_progress: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PathBuf> {
@@ -215,10 +216,13 @@ pub fn sweep(
     let command = command.unwrap_or_else(|| format!("mechlab.sweep({source:?})"));
     let progress = Arc::new(Progress::new());
     let (p, o) = (progress.clone(), out.clone());
-    let job = move || sw::sweep_with_progress(&spec, &o, jobs, &command, Some(&p));
+    let job = move || sw::sweep_with_progress(&spec, &o, jobs, &command, Some(&p), replace);
     match supervise(py, &progress, on_progress, job)? {
         Ended::Done(Ok(_)) => Ok(out),
         Ended::Done(Err(sw::SweepError::Config(e))) => Err(errors::config(py, &e)),
+        Ended::Done(Err(e @ sw::SweepError::Folder { .. })) => {
+            Err(errors::raise(py, Kind::SweepFolder, e.to_string()))
+        }
         Ended::Done(Err(e)) => Err(errors::raise(py, Kind::Mechlab, e.to_string())),
         Ended::Stopped(err, _) => Err(stopped(
             py,

@@ -99,6 +99,34 @@ def test_sweep_default_folder_seed_ranges_and_shards():
     assert [r.dir.name for r in s.runs()] == ["p0-s1"]
 
 
+def test_sweep_again_continues_and_another_sweep_is_refused(tmp_path):
+    small = {"synthetic.n_train": 128, "synthetic.n_test": 64}
+    out = tmp_path / "sw"
+    s = mechlab.sweep("selection-synthetic", {"model.d_model": [16]}, seeds=[0, 1], overrides=small, out=out)
+    index = (out / "index.csv").read_text()
+    finished = out / "runs" / "p0-s0" / "metrics.jsonl"
+    stamp = finished.stat().st_mtime_ns
+    (out / "mine.txt").write_text("a user's note")
+    (out / "runs" / "p0-s1" / "summary.json").unlink()
+    # The same sweep again: the finished run is read, the cut-short one finished.
+    s = mechlab.sweep("selection-synthetic", {"model.d_model": [16]}, seeds=[0, 1], overrides=small, out=out)
+    assert (out / "index.csv").read_text() == index
+    assert finished.stat().st_mtime_ns == stamp
+    assert [r.dir.name for r in s.runs()] == ["p0-s0", "p0-s1"]
+    # Another sweep is refused before anything is touched, each difference named.
+    with pytest.raises(mechlab.SweepFolderError, match=r"--grid was `model.d_model=16`, now `model.d_model=32`"):
+        mechlab.sweep("selection-synthetic", {"model.d_model": [32]}, seeds=[0, 1], overrides=small, out=out)
+    with pytest.raises(FileExistsError, match="sweep.json"):
+        mechlab.sweep("selection-synthetic", {"model.d_model": [16]}, seeds=[0, 1, 2], overrides=small, out=out)
+    assert (out / "index.csv").read_text() == index and not (out / "runs" / "p0-s2").exists()
+    # replace=True starts over; a user's file beside the results stays.
+    s = mechlab.sweep(
+        "selection-synthetic", {"model.d_model": [32]}, seeds=[2], overrides=small, out=out, replace=True
+    )
+    assert [r.dir.name for r in s.runs()] == ["p0-s2"] and (out / "mine.txt").is_file()
+    assert not (out / "runs" / "p0-s0").exists()
+
+
 def test_sweep_bad_input():
     with pytest.raises(mechlab.ConfigError, match="model.d_modl"):
         mechlab.sweep("selection-synthetic", {"model.d_modl": [1, 2]}, seeds=[0])
