@@ -254,3 +254,37 @@ fn hostile_text_is_escaped_in_svg() {
     assert!(!svg.contains("<script>"));
     assert!(svg.contains("&lt;script&gt;"));
 }
+
+#[test]
+fn heatmap_cells_read_cleanly_at_twelve_heads_and_stay_bare_when_small() {
+    // Layer × head gaps as topic-bert draws them: small signed values.
+    let vals: Vec<f64> = (0..72)
+        .map(|i| (f64::from(i) - 30.0) * 1.9e-4 + if i == 5 { 0.005733 } else { 0.0 })
+        .collect();
+    let heads: Vec<String> = (0..12).map(|h| format!("h{h}")).collect();
+    let layers: Vec<String> = (0..6).map(|l| format!("layer {l}")).collect();
+    let fig =
+        Figure::heatmap("gap", "Gap", "head", "layer", 6, 12, vals, true).with_ticks(layers, heads);
+    let svg = check(&fig);
+    // One shared power of ten on the colour bar, short labels in the cells.
+    assert!(svg.contains("×1e-3"), "no shared exponent");
+    assert!(
+        svg.contains(">6.7<") || svg.contains("6.7\n"),
+        "no cell label 6.7"
+    );
+    assert!(
+        !svg.contains("0.0057") && !svg.contains("e-4"),
+        "long labels"
+    );
+    // A 50 × 50 Gram matrix has no room for numbers: the colour bar carries them.
+    let gram: Vec<f64> = (0..2500)
+        .map(|i| f64::from(i % 50) / 49.0 + 0.123)
+        .collect();
+    let svg = check(&Figure::heatmap(
+        "gram", "Gram", "j", "i", 50, 50, gram, false,
+    ));
+    assert!(
+        !svg.contains("0.12<") && !svg.contains("0.12\n"),
+        "labels in tiny cells"
+    );
+}

@@ -6,6 +6,12 @@
 //! labels are words), and the colour bar lines up with the grid. Signed data
 //! (`diverging`) uses a blue–white–red map centred on zero; other data a
 //! perceptually uniform sequential map (viridis). Non-finite cells are grey.
+//!
+//! Cell values are written with two significant digits of the largest value,
+//! all with the same decimals; values far from 1 (largest below 0.01 or from
+//! 10 000) are written as multiples of a shared power of ten that the colour bar
+//! states (`×1e-3`). Labels are drawn only when the widest fits its cell: the
+//! colour bar carries the scale on its own.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -96,6 +102,77 @@ fn tick_text(ticks: &[String], i: usize) -> String {
     }
 }
 
+/// How a heatmap's values are written: as multiples of `10^exp`, with
+/// `decimals` digits after the point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CellFormat {
+    exp: i32,
+    decimals: usize,
+}
+
+impl CellFormat {
+    /// Two significant digits of the largest finite magnitude; a shared power of
+    /// ten when that magnitude is below 0.01 or from 10 000.
+    fn of(values: &[f64]) -> Self {
+        let m = values
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+        if m == 0.0 {
+            return CellFormat {
+                exp: 0,
+                decimals: 0,
+            };
+        }
+        let mag = m.log10().floor() as i32;
+        let exp = if (-2..4).contains(&mag) { 0 } else { mag };
+        let decimals = (1 - (mag - exp)).clamp(0, 3) as usize;
+        CellFormat { exp, decimals }
+    }
+
+    fn scale(&self) -> f64 {
+        10f64.powi(self.exp)
+    }
+
+    fn label(&self, v: f64) -> String {
+        let s = format!("{:.*}", self.decimals, v / self.scale());
+        // A value that rounds to zero reads as zero, not minus zero.
+        if s.trim_start_matches('-')
+            .chars()
+            .all(|c| c == '0' || c == '.')
+        {
+            s.trim_start_matches('-').to_string()
+        } else {
+            s
+        }
+    }
+
+    /// What the colour bar says the values are multiplied by, if anything.
+    fn caption(&self) -> Option<String> {
+        (self.exp != 0).then(|| format!("×1e{}", self.exp))
+    }
+}
+
+/// The font size (in unscaled points) at which every cell's label fits its
+/// `cw` × `ch` pixel cell, if any size from 14 down to 9 does; `width` measures
+/// a text at a size.
+fn cell_font(
+    labels: &[String],
+    (cw, ch): (f64, f64),
+    s: f64,
+    width: &dyn Fn(&str, f64) -> f64,
+) -> Option<f64> {
+    let mut size = (ch / s * 0.5).min(14.0);
+    while size >= 9.0 {
+        let widest = labels.iter().map(|l| width(l, size)).fold(0.0, f64::max);
+        if widest + 6.0 * s <= cw {
+            return Some(size);
+        }
+        size -= 1.0;
+    }
+    None
+}
+
 /// Every how many cells to label so that `n` labels of `each` pixels fit in `room`.
 fn label_step(n: usize, each: f64, room: f64) -> usize {
     let fits = |k: usize| (n.div_ceil(k) as f64) * each <= room;
@@ -170,6 +247,8 @@ pub(super) fn draw<DB: DrawingBackend>(
         }
     };
     let (bar_ticks, bar_step) = linear_ticks(vmin, vmax, 5);
+    let format = CellFormat::of(h.values);
+    let bar_text = |v: f64| fmt_num(v / format.scale(), bar_step / format.scale());
 
     // Horizontal budget: [y desc | row labels | grid | gap | bar | bar labels].
     let row_labels: Vec<String> = (0..rows).map(|r| tick_text(h.row_ticks, r)).collect();
@@ -181,8 +260,13 @@ pub(super) fn draw<DB: DrawingBackend>(
     };
     let bar_label_w = bar_ticks
         .iter()
-        .map(|v| t.text_width(area, &fmt_num(*v, bar_step), font))
-        .fold(0.0, f64::max);
+        .map(|v| t.text_width(area, &bar_text(*v), font))
+        .fold(0.0, f64::max)
+        .max(
+            format
+                .caption()
+                .map_or(0.0, |c| t.text_width(area, &c, font) - t.px(18.0 + 16.0)),
+        );
     let left = t.px(30.0) + widest(&row_labels) + t.px(8.0);
     let right = t.px(18.0 + 16.0 + 8.0) + bar_label_w + t.px(16.0);
     let room_w = (w - left - right).max(t.px(40.0));
@@ -248,9 +332,20 @@ pub(super) fn draw<DB: DrawingBackend>(
     ))
     .ctx(t.id)?;
 
-    // Values written in cells when there are few cells and room for them.
-    if rows * cols <= 144 && cw >= t.px(38.0) && ch >= t.px(20.0) {
-        let size = (ch / t.s * 0.42).min(14.0);
+    // Values written in cells when every label fits its cell.
+    let labels: Vec<String> = h
+        .values
+        .iter()
+        .map(|v| match Axis::fwd(false, *v) {
+            Some(v) => format.label(v),
+            None => String::new(),
+        })
+        .collect();
+    let width = |s: &str, size: f64| t.text_width(area, s, size);
+    let fits = (rows * cols <= 400)
+        .then(|| cell_font(&labels, (cw, ch), t.s, &width))
+        .flatten();
+    if let Some(size) = fits {
         for (i, v) in h.values.iter().enumerate() {
             let Some(v) = Axis::fwd(false, *v) else {
                 continue;
@@ -263,7 +358,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                 gy + ((i / cols) as f64 + 0.5) * ch,
             );
             area.draw_text(
-                &fmt_num(v, 0.0),
+                &labels[i],
                 &t.text(size)
                     .color(&ink)
                     .pos(Pos::new(HPos::Center, VPos::Center)),
@@ -346,9 +441,17 @@ pub(super) fn draw<DB: DrawingBackend>(
         ))
         .ctx(t.id)?;
         area.draw_text(
-            &fmt_num(*v, bar_step),
+            &bar_text(*v),
             &label.pos(Pos::new(HPos::Left, VPos::Center)),
             (px(bx + bw + t.px(7.0)), px(yv)),
+        )
+        .ctx(t.id)?;
+    }
+    if let Some(caption) = format.caption() {
+        area.draw_text(
+            &caption,
+            &label.pos(Pos::new(HPos::Left, VPos::Bottom)),
+            (px(bx), px(by - t.px(4.0))),
         )
         .ctx(t.id)?;
     }
@@ -421,6 +524,42 @@ mod tests {
             colour_at(&SEQUENTIAL, f64::NAN),
             colour_at(&SEQUENTIAL, 0.5)
         );
+    }
+
+    #[test]
+    fn cell_labels_share_decimals_and_a_power_of_ten() {
+        let f = CellFormat::of(&[0.005733, -3.97e-4, f64::NAN]);
+        assert_eq!((f.exp, f.caption().as_deref()), (-3, Some("×1e-3")));
+        assert_eq!(
+            (f.label(0.005733), f.label(-3.97e-4)),
+            ("5.7".into(), "-0.4".into())
+        );
+        let f = CellFormat::of(&[0.85, 0.12, -0.0004]);
+        assert_eq!(f.caption(), None);
+        assert_eq!(
+            [f.label(0.85), f.label(0.12), f.label(-0.0004)],
+            ["0.85", "0.12", "0.00"]
+        );
+        let f = CellFormat::of(&[23.4, 7.0]);
+        assert_eq!([f.label(23.4), f.label(7.0)], ["23", "7"]);
+        let f = CellFormat::of(&[123456.0]);
+        assert_eq!(
+            (f.label(123456.0), f.caption().as_deref()),
+            ("1.2".into(), Some("×1e5"))
+        );
+        assert_eq!(CellFormat::of(&[0.0, f64::NAN]).label(0.0), "0");
+    }
+
+    #[test]
+    fn cell_labels_shrink_to_fit_or_are_left_out() {
+        let width = |s: &str, size: f64| s.chars().count() as f64 * size * 0.6;
+        let labels = vec!["-0.4".to_string(), "5.7".into()];
+        // A wide, tall cell takes the full size; a narrow one a smaller size.
+        assert_eq!(cell_font(&labels, (80.0, 40.0), 1.0, &width), Some(14.0));
+        assert_eq!(cell_font(&labels, (30.0, 40.0), 1.0, &width), Some(10.0));
+        // Too narrow (a 50 × 50 Gram matrix) or too flat for 9 pt: no labels.
+        assert_eq!(cell_font(&labels, (20.0, 40.0), 1.0, &width), None);
+        assert_eq!(cell_font(&labels, (80.0, 16.0), 1.0, &width), None);
     }
 
     #[test]
