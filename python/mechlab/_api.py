@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _native
 from ._errors import ConfigError, VerdictError
@@ -13,6 +14,63 @@ from ._progress import bar
 from ._run import PathLike, Run, Sweep
 
 Overrides = Optional[Dict[str, Any]]
+
+
+# Argument checks at the boundary: a wrong type is a TypeError and a bad value a
+# ConfigError, each naming the argument, before anything reaches the native code
+# (whose conversions would raise a bare OverflowError or TypeError).
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name}: expected an int, got {_kind(value)}")
+    return operator.index(value)
+
+
+def _seed(value: Any, name: str = "seed") -> int:
+    v = _int(value, name)
+    if not 0 <= v < 2**64:
+        raise ConfigError(f"{name} {v}: expected an integer from 0 to 2**64 - 1")
+    return v
+
+
+def _overrides(overrides: Any) -> Overrides:
+    if overrides is None:
+        return None
+    if not isinstance(overrides, Mapping):
+        raise TypeError(
+            f"overrides: expected a dict of dotted keys to values, like {{'train.lr': 0.5}}, "
+            f"got {type(overrides).__name__}"
+        )
+    return dict(overrides)
+
+
+def _path(value: Any, name: str) -> Optional[Path]:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected a path (str or os.PathLike), got {_kind(value)}")
+    return Path(value)
+
+
+def _grid(grid: Any) -> Dict[str, List[Any]]:
+    if not isinstance(grid, Mapping):
+        raise TypeError(
+            f"grid: expected a dict of dotted keys to lists of values, like "
+            f"{{'model.d_model': [16, 32]}}, got {type(grid).__name__}"
+        )
+    out = {}
+    for k, vals in grid.items():
+        if hasattr(vals, "tolist") and not isinstance(vals, (str, bytes)):
+            vals = vals.tolist()  # a numpy array of values
+        if isinstance(vals, (str, bytes)) or not isinstance(vals, (list, tuple, range)):
+            raise TypeError(f"grid[{k!r}]: expected a list of values, got {_kind(vals)}")
+        out[k] = list(vals)
+    return out
 
 
 def _call(name: str, *args: Any, **kwargs: Any) -> str:
@@ -23,6 +81,8 @@ def _call(name: str, *args: Any, **kwargs: Any) -> str:
 
 
 def _source(preset_or_path: Union[str, "os.PathLike[str]"]) -> str:
+    if not isinstance(preset_or_path, (str, os.PathLike)):
+        raise TypeError(f"preset_or_path: expected a preset name or a path, got {_kind(preset_or_path)}")
     return os.fspath(preset_or_path)
 
 
@@ -34,7 +94,7 @@ def presets() -> List[str]:
 def config(preset: Union[str, "os.PathLike[str]"], overrides: Overrides = None) -> Dict[str, Any]:
     """The resolved config of a preset or TOML file with ``overrides`` applied
     (dotted keys, type-checked as ``--set`` is; a bad one raises ConfigError)."""
-    return json.loads(_native.config_json(_source(preset), overrides))
+    return json.loads(_native.config_json(_source(preset), _overrides(overrides)))
 
 
 def run(
@@ -52,6 +112,8 @@ def run(
     stops, and ``resume(run_dir)`` continues it bit for bit.
     """
     src = _source(preset_or_path)
+    seed = None if seed is None else _seed(seed)
+    overrides, out = _overrides(overrides), _path(out, "out")
     cmd = _call("run", src, seed=seed, overrides=overrides, out=out)
     with bar(quiet, src, "step") as cb:
         d = _native.run(
@@ -68,7 +130,7 @@ def load(run_dir: PathLike) -> Run:
 def resume(run_dir: PathLike, *, quiet: bool = True) -> Run:
     """Continues an interrupted run from its latest checkpoint, as ``mechlab resume``."""
     with bar(quiet, f"resume {Path(run_dir).name}", "run") as cb:
-        d = _native.resume(Path(run_dir), on_progress=cb)
+        d = _native.resume(_path(run_dir, "run_dir"), on_progress=cb)
     return Run(d)
 
 
@@ -84,7 +146,9 @@ def _seeds(seeds: Union[str, Iterable[int]]) -> List[int]:
             return [int(x) for x in text.split(",")]
         except ValueError:
             raise ConfigError(f"seeds {seeds!r}: expected 'a..b' or 'a,b,c'") from None
-    return [int(s) for s in seeds]
+    if isinstance(seeds, bytes) or not hasattr(seeds, "__iter__"):
+        raise TypeError(f"seeds: expected 'a..b', 'a,b,c' or a list of ints, got {_kind(seeds)}")
+    return [_seed(s, "seeds") for s in seeds]
 
 
 def sweep(
@@ -108,9 +172,15 @@ def sweep(
     raises :class:`SweepFolderError` naming each difference, unless ``replace``
     (which deletes the folder's sweep results first; other files stay)."""
     src = _source(preset_or_path)
-    if out is None:
-        out = Path("sweeps") / Path(src).stem
+    out = _path(out, "out") or Path("sweeps") / Path(src).stem
     seed_list = _seeds(seeds)
+    grid, overrides = _grid(grid), _overrides(overrides)
+    if jobs is not None and _int(jobs, "jobs") < 1:
+        raise ConfigError(f"jobs {jobs}: expected at least 1")
+    if shard is not None:
+        if not isinstance(shard, (tuple, list)) or len(shard) != 2:
+            raise TypeError(f"shard: expected a pair (i, n), got {_kind(shard)}")
+        shard = (_int(shard[0], "shard"), _int(shard[1], "shard"))
     cmd = _call(
         "sweep", src, grid, seeds=seeds, overrides=overrides, out=out, jobs=jobs, shard=shard, replace=replace or None
     )
@@ -120,7 +190,7 @@ def sweep(
             grid,
             seed_list,
             overrides=overrides,
-            out=Path(out),
+            out=out,
             jobs=jobs,
             shard=shard,
             replace=replace,
@@ -146,10 +216,13 @@ def reproduce(
     With ``check=True`` a failed verdict that is not a known finding, or a failed
     run, raises VerdictError after all ran (as ``mechlab reproduce --check``).
     """
-    out = Path("runs/reproduce") if out is None else Path(out)
+    out = _path(out, "out") or Path("runs/reproduce")
     if isinstance(papers, str):
         papers = [papers]
     papers = list(papers or [])
+    for p in papers:
+        if not isinstance(p, str):
+            raise TypeError(f"papers: expected paper names (str), got {_kind(p)}")
     cmd = _call("reproduce", papers, check=check or None, out=out)
     with bar(quiet, "reproduce", "run") as cb:
         raw = _native.reproduce(papers, out, command=cmd, on_progress=cb)

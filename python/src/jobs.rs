@@ -10,8 +10,9 @@
 use crate::errors::{self, Kind};
 use crate::values;
 use mechlab::commands::{self, reproduce as repro, sweep as sw};
+use mechlab::experiment::ExperimentError;
 use mechlab::run::progress::Progress;
-use mechlab::train::INTERRUPTED;
+use mechlab::train::{TrainError, INTERRUPTED};
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -143,14 +144,23 @@ pub fn resume(
 
 fn finish_run(
     py: Python<'_>,
-    ended: Ended<Result<mechlab::run::summary::Summary, mechlab::experiment::ExperimentError>>,
+    ended: Ended<Result<mechlab::run::summary::Summary, ExperimentError>>,
     dir: PathBuf,
 ) -> PyResult<PathBuf> {
     match ended {
         Ended::Done(Ok(_)) => Ok(dir),
         Ended::Done(Err(e)) => Err(errors::experiment(py, &e)),
         Ended::Stopped(err, res) => {
-            let detail = res.and_then(|r| r.err()).map(|e| e.to_string());
+            let detail = res.and_then(|r| r.err()).map(|e| match e {
+                // The CLI's message names `mechlab resume`; a notebook resumes in Python.
+                ExperimentError::Train(TrainError::Interrupted { step, checkpoint }) => format!(
+                    "interrupted at step {step}; checkpoint {} written, continue with \
+                     mechlab.resume({:?})",
+                    checkpoint.display(),
+                    dir.display().to_string()
+                ),
+                e => e.to_string(),
+            });
             Err(stopped(py, err, detail))
         }
     }

@@ -14,8 +14,11 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
 /// The TOML value of a Python config value; `key` names it in errors.
 pub fn to_toml(key: &str, v: &Bound<'_, PyAny>) -> PyResult<toml::Value> {
     let py = v.py();
-    if v.is_instance_of::<PyBool>() {
-        return Ok(toml::Value::Boolean(v.extract()?));
+    let ty = v.get_type();
+    let numpy_bool = ty.module().is_ok_and(|m| m == "numpy")
+        && matches!(ty.name()?.to_string().as_str(), "bool" | "bool_");
+    if v.is_instance_of::<PyBool>() || numpy_bool {
+        return Ok(toml::Value::Boolean(v.is_truthy()?));
     }
     if v.is_instance_of::<PyString>() {
         return Ok(toml::Value::String(v.extract()?));
@@ -33,6 +36,15 @@ pub fn to_toml(key: &str, v: &Bound<'_, PyAny>) -> PyResult<toml::Value> {
     // Python ints and numpy integers (via __index__), then numpy floats.
     if let Ok(i) = v.extract::<i64>() {
         return Ok(toml::Value::Integer(i));
+    }
+    if v.hasattr("__index__")? {
+        return Err(errors::raise(
+            py,
+            Kind::Config,
+            format!(
+                "override `{key}`: {v} does not fit a 64-bit integer (config integers are i64)"
+            ),
+        ));
     }
     if let Ok(x) = v.extract::<f64>() {
         return Ok(toml::Value::Float(x));

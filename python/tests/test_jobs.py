@@ -150,5 +150,6 @@ def test_reproduce_one_paper(tmp_path):
 
 
 def test_reproduce_unknown_paper():
-    with pytest.raises(mechlab.MechlabError, match=r"no paper experiment `inductoin`"):
+    # A mistyped paper is a config mistake, like a mistyped preset.
+    with pytest.raises(mechlab.ConfigError, match=r"no experiment named `inductoin` \(did you mean `induction`\?\)"):
         mechlab.reproduce(["inductoin"])

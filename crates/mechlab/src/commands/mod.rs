@@ -56,10 +56,35 @@ pub fn resolve(
             suggestion: config::closest(source, presets::all().iter().map(|p| p.name)),
         });
     };
-    let exp_name = file_table
-        .get("experiment")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default();
+    let names = || {
+        experiment::all()
+            .iter()
+            .map(|e| e.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let exp_name = match file_table.get("experiment") {
+        Some(toml::Value::String(s)) => s.as_str(),
+        Some(v) => {
+            return Err(ConfigError::Invalid {
+                file: file_label,
+                message: format!(
+                    "`experiment` must be a paper's name in quotes (one of: {}), got {v}",
+                    names()
+                ),
+            })
+        }
+        None => {
+            return Err(ConfigError::Invalid {
+                file: file_label,
+                message: format!(
+                    "no `experiment` key: the first line says which paper the config is \
+                     for, e.g. experiment = \"selection\" (one of: {})",
+                    names()
+                ),
+            })
+        }
+    };
     let experiment = experiment::find(exp_name).ok_or_else(|| ConfigError::UnknownExperiment {
         file: file_label.clone(),
         name: exp_name.to_string(),

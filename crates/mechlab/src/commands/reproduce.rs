@@ -7,6 +7,7 @@
 //! each run's figures.
 
 use super::{report, resolve, run};
+use crate::config::ConfigError;
 use crate::experiment::{self, ExperimentError, KnownFinding, ReproduceItem};
 use crate::run::progress::Progress;
 use crate::run::summary::Summary;
@@ -79,10 +80,11 @@ pub fn reproduce_with_progress(
     let all = experiment::all();
     for p in papers {
         if !all.iter().any(|e| e.name() == p) {
-            return Err(ExperimentError::Data(format!(
-                "no paper experiment `{p}` (known: {})",
-                all.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
-            )));
+            return Err(ExperimentError::Config(ConfigError::UnknownExperiment {
+                file: "reproduce".into(),
+                name: p.clone(),
+                suggestion: crate::config::closest(p, all.iter().map(|e| e.name())),
+            }));
         }
     }
     let chosen: Vec<_> = all
