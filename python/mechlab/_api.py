@@ -103,19 +103,23 @@ def run(
     seed: Optional[int] = None,
     overrides: Overrides = None,
     out: Optional[PathLike] = None,
-    quiet: bool = True,
+    quiet: Optional[bool] = None,
 ) -> Run:
     """Runs a preset or config file as ``mechlab run`` does and returns the run.
 
     The folder is ``out`` or ``runs/<preset>-s<seed>`` (made unique). The GIL is
     released while it trains; Ctrl-C (KeyboardInterrupt) writes a checkpoint and
     stops, and ``resume(run_dir)`` continues it bit for bit.
+
+    The progress bar (tqdm; a widget in Jupyter with ``ipywidgets``) names the
+    phase and counts steps; it shows in a notebook or terminal unless
+    ``quiet=True``, and never in a pipe or log (``quiet=None``, the default).
     """
     src = _source(preset_or_path)
     seed = None if seed is None else _seed(seed)
     overrides, out = _overrides(overrides), _path(out, "out")
     cmd = _call("run", src, seed=seed, overrides=overrides, out=out)
-    with bar(quiet, src, "step") as cb:
+    with bar(quiet, src, "step", phases=True) as cb:
         d = _native.run(
             src, seed=seed, overrides=overrides, out=out, command=cmd, on_progress=cb
         )
@@ -127,9 +131,10 @@ def load(run_dir: PathLike) -> Run:
     return Run(run_dir)
 
 
-def resume(run_dir: PathLike, *, quiet: bool = True) -> Run:
-    """Continues an interrupted run from its latest checkpoint, as ``mechlab resume``."""
-    with bar(quiet, f"resume {Path(run_dir).name}", "run") as cb:
+def resume(run_dir: PathLike, *, quiet: Optional[bool] = None) -> Run:
+    """Continues an interrupted run from its latest checkpoint, as ``mechlab resume``;
+    its bar starts at the step it resumes from."""
+    with bar(quiet, f"resume {Path(run_dir).name}", "step", phases=True) as cb:
         d = _native.resume(_path(run_dir, "run_dir"), on_progress=cb)
     return Run(d)
 
@@ -161,7 +166,7 @@ def sweep(
     jobs: Optional[int] = None,
     shard: Optional[Tuple[int, int]] = None,
     replace: bool = False,
-    quiet: bool = True,
+    quiet: Optional[bool] = None,
 ) -> Sweep:
     """Runs the grid (the product of ``grid``'s value lists) times ``seeds`` in
     parallel, as ``mechlab sweep`` does, into ``out`` (default
@@ -204,7 +209,7 @@ def reproduce(
     papers: Optional[Sequence[str]] = None,
     check: bool = False,
     out: Optional[PathLike] = None,
-    quiet: bool = True,
+    quiet: Optional[bool] = None,
 ) -> List[Dict[str, Any]]:
     """Runs every paper's reproduce presets (or those of ``papers``: induction,
     selection, topic) into ``out`` (default ``runs/reproduce``) and writes the

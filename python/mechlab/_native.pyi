@@ -9,7 +9,7 @@ import numpy as np
 __version__: str
 
 Overrides = Optional[Dict[str, Any]]
-OnProgress = Optional[Callable[[int, int], None]]
+OnProgress = Optional[Callable[[int, int, str], None]]
 PathLike = Union[str, "os.PathLike[str]"]
 
 def presets() -> List[str]: ...

@@ -46,7 +46,12 @@ fn supervise<T: Send + 'static>(
             let _ = tx.send(job());
         })
         .map_err(|e| errors::raise(py, Kind::Mechlab, format!("cannot start a thread: {e}")))?;
-    let mut shown = (u64::MAX, u64::MAX);
+    // What the callback last saw: (done, total, phase).
+    let mut shown = (u64::MAX, u64::MAX, "");
+    let now = || {
+        let (d, t) = progress.get();
+        (d, t, progress.phase().name())
+    };
     let mut rx = rx;
     loop {
         let (got, back) = py.detach(move || (rx.recv_timeout(POLL), rx));
@@ -55,8 +60,7 @@ fn supervise<T: Send + 'static>(
             Ok(v) => {
                 let _ = handle.join();
                 if let Some(cb) = on_progress {
-                    let (d, t) = progress.get();
-                    cb.call1((d, t))?;
+                    cb.call1(now())?;
                 }
                 return Ok(Ended::Done(v));
             }
@@ -69,7 +73,7 @@ fn supervise<T: Send + 'static>(
                 ));
             }
             Err(RecvTimeoutError::Timeout) => {
-                let now = progress.get();
+                let now = now();
                 let shown_err = match on_progress {
                     Some(cb) if now != shown => {
                         shown = now;
@@ -137,8 +141,8 @@ pub fn resume(
     let dir = crate::files::run_folder(py, &dir)?;
     let progress = Arc::new(Progress::new());
     let d = dir.clone();
-    // `commands::resume` takes no progress counter: the bar shows the run's end.
-    let job = move || commands::resume(&d, true);
+    let p = progress.clone();
+    let job = move || commands::resume_with_progress(&d, true, Some(p));
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
 }
 

@@ -17,10 +17,14 @@ def test_progress_reaches_the_total(tmp_path):
         "induction-simplified",
         overrides={"train.steps": 30},
         out=tmp_path / "p",
-        on_progress=lambda done, total: seen.append((done, total)),
+        on_progress=lambda done, total, phase: seen.append((done, total, phase)),
     )
-    assert seen[-1] == (30, 30)
-    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[-1] == (30, 30, "done")
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
+    # The phases come in their order (a fast one may fall between two polls).
+    order = ["data and model", "training", "probes and verdicts", "figures and report", "done"]
+    phases = [p for i, (_, _, p) in enumerate(seen) if i == 0 or seen[i - 1][2] != p]
+    assert phases == sorted(phases, key=order.index) and len(set(phases)) == len(phases)
 
 
 def test_quiet_prints_nothing_and_not_quiet_draws_a_bar(tmp_path, capfd):
@@ -28,13 +32,18 @@ def test_quiet_prints_nothing_and_not_quiet_draws_a_bar(tmp_path, capfd):
     mechlab.run("selection-synthetic", out=tmp_path / "q", quiet=True)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+    # The default draws only for someone watching: not into a captured pipe.
+    mechlab.run("selection-synthetic", out=tmp_path / "default")
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
     mechlab.run("selection-synthetic", out=tmp_path / "loud", quiet=False)
     _, err = capfd.readouterr()
     assert "selection-synthetic" in err and "2001/2001" in err
+    assert "selection-synthetic: done" in err
 
 
 def test_a_failing_progress_callback_stops_the_run(tmp_path):
-    def boom(done, total):
+    def boom(done, total, phase):
         raise RuntimeError("callback failed")
 
     with pytest.raises(RuntimeError, match="callback failed"):
@@ -63,8 +72,13 @@ def test_ctrl_c_checkpoints_and_resume_is_bit_identical(tmp_path):
     watcher.join()
     cut = mechlab.load(tmp_path / "cut")
     assert cut.summary is None and cut.verdicts == []
-    assert 0 < cut.steps()[-1] < steps
-    done = mechlab.resume(cut.dir)
+    stopped_at = cut.steps()[-1]
+    assert 0 < stopped_at < steps
+    seen = []
+    _native.resume(cut.dir, on_progress=lambda d, t, p: seen.append((d, t, p)))
+    done = mechlab.load(cut.dir)
+    # The resumed run's progress starts where it stopped, not at 0.
+    assert all(d >= stopped_at for d, t, _ in seen if t) and seen[-1] == (steps, steps, "done")
     assert done.steps()[-1] == steps
     a, b = full.checkpoint(), done.checkpoint()
     assert all(np.array_equal(a[k], b[k]) for k in a)

@@ -12,7 +12,7 @@ pub mod sweep_folder;
 
 use crate::config::{self, presets, ConfigError};
 use crate::experiment::{self, Experiment, ExperimentError, Prepared};
-use crate::run::progress::Progress;
+use crate::run::progress::{Phase, Progress};
 use crate::run::summary::Summary;
 use crate::run::RunCtx;
 use std::path::{Path, PathBuf};
@@ -144,17 +144,38 @@ pub fn run_with_progress(
 ) -> Result<Summary, ExperimentError> {
     let mut ctx = RunCtx::create(dir, resolved.table.clone(), command, quiet)?;
     ctx.progress = progress;
+    ctx.set_phase(Phase::Setup);
     tracing::info!(run = %dir.display(), experiment = resolved.experiment.name(), "run started");
     let summary = resolved.prepared.run(&mut ctx)?;
     tracing::info!(run = %dir.display(), pass = summary.all_pass(), "run finished");
-    ctx.finish(&summary)?;
-    report::build(dir)?;
+    finish(&ctx, &summary)?;
     Ok(summary)
+}
+
+/// The summary, figures and report of a run that has measured everything.
+fn finish(ctx: &RunCtx, summary: &Summary) -> Result<(), ExperimentError> {
+    ctx.set_phase(Phase::Report);
+    ctx.finish(summary)?;
+    report::build(ctx.dir())?;
+    ctx.set_phase(Phase::Done);
+    Ok(())
 }
 
 /// Continues an interrupted run from its latest checkpoint, then builds its report.
 pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
+    resume_with_progress(dir, quiet, None)
+}
+
+/// [`resume`], reporting its phases and steps (from the step it resumes at) into
+/// `progress`.
+pub fn resume_with_progress(
+    dir: &Path,
+    quiet: bool,
+    progress: Option<Arc<Progress>>,
+) -> Result<Summary, ExperimentError> {
     let (mut ctx, _) = RunCtx::resume(dir, quiet)?;
+    ctx.progress = progress;
+    ctx.set_phase(Phase::Setup);
     let name = ctx.experiment().to_string();
     let exp = experiment::find(&name).ok_or_else(|| ConfigError::UnknownExperiment {
         file: dir.join("config.toml").display().to_string(),
@@ -165,8 +186,7 @@ pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
     let prepared = exp.prepare(ctx.config(), &file)?;
     tracing::info!(run = %dir.display(), experiment = %name, "resuming");
     let summary = prepared.run(&mut ctx)?;
-    ctx.finish(&summary)?;
-    report::build(dir)?;
+    finish(&ctx, &summary)?;
     Ok(summary)
 }
 

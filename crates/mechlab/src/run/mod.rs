@@ -22,7 +22,7 @@ pub mod summary;
 
 use crate::config::{self, ConfigError};
 use metrics::MetricsLog;
-use progress::Progress;
+use progress::{Phase, Progress};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,6 +108,8 @@ pub struct RunCtx {
     pub stop_at: Option<u64>,
     /// Where the training loop reports its position, for an embedding program.
     pub progress: Option<Arc<Progress>>,
+    /// The terminal's spinner for the phases around training (none when quiet).
+    spinner: std::sync::Mutex<Option<indicatif::ProgressBar>>,
 }
 
 impl RunCtx {
@@ -198,7 +200,32 @@ impl RunCtx {
             started: Instant::now(),
             stop_at: None,
             progress: None,
+            spinner: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Enters `phase`: tells [`RunCtx::progress`], and on a terminal (unless
+    /// quiet) shows a spinner naming it; training draws its own bar instead.
+    pub fn set_phase(&self, phase: Phase) {
+        if let Some(p) = &self.progress {
+            p.set_phase(phase);
+        }
+        let mut spinner = self.spinner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = spinner.take() {
+            old.finish_and_clear();
+        }
+        if self.quiet || matches!(phase, Phase::Training | Phase::Done) {
+            return;
+        }
+        let s = indicatif::ProgressBar::new_spinner();
+        s.set_style(
+            indicatif::ProgressStyle::with_template("{prefix} {spinner} {msg} ({elapsed})")
+                .expect("valid template"),
+        );
+        s.set_prefix(self.experiment.clone());
+        s.set_message(phase.name());
+        s.enable_steady_tick(std::time::Duration::from_millis(120));
+        *spinner = Some(s);
     }
 
     pub fn dir(&self) -> &Path {

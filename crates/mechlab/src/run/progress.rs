@@ -4,8 +4,49 @@
 //! package) runs the job on a worker thread and polls this counter from its own
 //! thread to draw its own bar, so the loop never calls back into foreign code and
 //! pays only two relaxed atomic stores per step.
+//!
+//! A run also says which [`Phase`] it is in, so that the seconds to minutes
+//! spent before and after training (data, probes, figures, report) are named
+//! rather than shown as a bar stuck at 0 or 100 %.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+/// What a run is doing, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Generating or reading data, building the model (before the first step).
+    Setup = 0,
+    /// The training loop (the bar counts steps).
+    Training = 1,
+    /// Probes, interventions and verdicts after training.
+    Measuring = 2,
+    /// The summary, figures and report.
+    Report = 3,
+    Done = 4,
+}
+
+impl Phase {
+    const ALL: [Phase; 5] = [
+        Phase::Setup,
+        Phase::Training,
+        Phase::Measuring,
+        Phase::Report,
+        Phase::Done,
+    ];
+
+    /// The name a progress bar shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Setup => "data and model",
+            Phase::Training => "training",
+            Phase::Measuring => "probes and verdicts",
+            Phase::Report => "figures and report",
+            Phase::Done => "done",
+        }
+    }
+}
 
 /// Units done out of a total (training steps for a run; runs for a sweep or a
 /// reproduce). Both start at zero; the total is known once the job has planned.
@@ -13,6 +54,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Progress {
     done: AtomicU64,
     total: AtomicU64,
+    phase: AtomicU8,
+    /// Every phase entered, in order (a handful per run).
+    seen: Mutex<Vec<Phase>>,
 }
 
 impl Progress {
@@ -27,6 +71,20 @@ impl Progress {
     }
     pub fn inc(&self) {
         self.done.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Relaxed);
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.last() != Some(&phase) {
+            seen.push(phase);
+        }
+    }
+    pub fn phase(&self) -> Phase {
+        Phase::ALL[usize::from(self.phase.load(Ordering::Relaxed)).min(4)]
+    }
+    /// The phases entered so far, in order.
+    pub fn phases(&self) -> Vec<Phase> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
     /// `(done, total)`.
     pub fn get(&self) -> (u64, u64) {

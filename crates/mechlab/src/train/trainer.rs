@@ -15,6 +15,7 @@ use super::config::{Stage, TrainConfig};
 use super::optim::{trains, Hyper, Optimizer};
 use super::schedule::lr_at;
 use crate::run::checkpoint::{self, CheckpointError, CheckpointMeta};
+use crate::run::progress::Phase;
 use crate::run::{RunCtx, RunError};
 use indicatif::{ProgressBar, ProgressStyle};
 use mechlab_engine::{Float, Parameters};
@@ -175,9 +176,11 @@ pub fn fit<T: Float, M: Trainable<T>>(
     };
     bar.set_position(s);
     if let Some(p) = &ctx.progress {
-        p.set_total(total);
+        // Position first: a watcher never sees the total with a resumed run at 0.
         p.set_done(s);
+        p.set_total(total);
     }
+    ctx.set_phase(Phase::Training);
 
     let mut opt: Option<(usize, Optimizer<T>)> = None;
     // Groups frozen by a training-time intervention at the current update, and the
@@ -365,6 +368,8 @@ pub fn fit<T: Float, M: Trainable<T>>(
         }
     }
     bar.finish_and_clear();
+    // What follows training in every paper: final probes, verdicts.
+    ctx.set_phase(Phase::Measuring);
     Ok(Fitted {
         steps: s,
         final_loss: last_loss,
