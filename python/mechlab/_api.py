@@ -57,6 +57,13 @@ def _path(value: Any, name: str) -> Optional[Path]:
     return Path(value)
 
 
+def _required_path(value: Any, name: str) -> Path:
+    path = _path(value, name)
+    if path is None:
+        raise TypeError(f"{name}: expected a path (str or os.PathLike), got None")
+    return path
+
+
 def _grid(grid: Any) -> Dict[str, List[Any]]:
     if not isinstance(grid, Mapping):
         raise TypeError(
@@ -135,7 +142,7 @@ def resume(run_dir: PathLike, *, quiet: Optional[bool] = None) -> Run:
     """Continues an interrupted run from its latest checkpoint, as ``mechlab resume``;
     its bar starts at the step it resumes from."""
     with bar(quiet, f"resume {Path(run_dir).name}", "step", phases=True) as cb:
-        d = _native.resume(_path(run_dir, "run_dir"), on_progress=cb)
+        d = _native.resume(_required_path(run_dir, "run_dir"), on_progress=cb)
     return Run(d)
 
 
@@ -179,7 +186,7 @@ def sweep(
     src = _source(preset_or_path)
     out = _path(out, "out") or Path("sweeps") / Path(src).stem
     seed_list = _seeds(seeds)
-    grid, overrides = _grid(grid), _overrides(overrides)
+    axes, overrides = _grid(grid), _overrides(overrides)
     if jobs is not None and _int(jobs, "jobs") < 1:
         raise ConfigError(f"jobs {jobs}: expected at least 1")
     if shard is not None:
@@ -192,7 +199,7 @@ def sweep(
     with bar(quiet, f"sweep {src}", "run") as cb:
         d = _native.sweep(
             src,
-            grid,
+            axes,
             seed_list,
             overrides=overrides,
             out=out,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -58,6 +58,7 @@ class Model:
     def __init__(self, native: Any, run_dir: Any) -> None:
         self._m = native
         self.run_dir = run_dir
+        self._points: Optional[Set[str]] = None
 
     def __repr__(self) -> str:
         return f"Model({str(self.run_dir)!r}, step={self.step})"
@@ -76,18 +77,53 @@ class Model:
         """Every hook point in forward order: ``name``, ``layout``, ``doc``."""
         return self._m.hook_points()
 
+    def _name(self, name: str) -> str:
+        """Our hook name for ``name``, accepting TransformerLens's spelling of the
+        embedding hooks: ``embed.hook_embed`` (its HookedEncoder) for our
+        ``hook_embed`` and the other way round."""
+        if self._points is None:
+            self._points = {p["name"] for p in self.hook_points()}
+        points = self._points
+        if name in points:
+            return name
+        alias = name[len("embed.") :] if name.startswith("embed.") else "embed." + name
+        return alias if alias in points else name  # the native side raises HookError naming the closest
+
     def run_with_cache(
-        self, inputs: ArrayLike, names: Optional[Sequence[str]] = None, targets: Optional[ArrayLike] = None
+        self,
+        inputs: ArrayLike,
+        names_filter: Union[None, str, Sequence[str], Callable[[str], bool]] = None,
+        targets: Optional[ArrayLike] = None,
+        *,
+        names: Optional[Sequence[str]] = None,
     ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
         """Forward pass on token ids ``[batch, seq]`` (or one sequence), recording
-        ``names`` (every hook point by default): ``(output, {name: array})``."""
-        if names is None:
-            names = [p["name"] for p in self.hook_points()]
-        elif isinstance(names, str):
-            names = [names]
-        return self._m.run_with_cache(_tokens(inputs), list(names), _targets(targets))
+        the hook points ``names_filter`` picks, as TransformerLens takes it: a
+        name, a list of names, or a predicate on names (every hook point when
+        ``None``). ``names`` is the same as a list. Returns ``(output, {name:
+        array})``, keyed by the names as asked."""
+        if names is not None:
+            if names_filter is not None:
+                raise TypeError("run_with_cache: give names_filter or names, not both")
+            names_filter = names
+        every = [p["name"] for p in self.hook_points()]
+        if names_filter is None:
+            wanted = every
+        elif isinstance(names_filter, str):
+            wanted = [names_filter]
+        elif callable(names_filter):
+            wanted = [n for n in every if names_filter(n)]
+        else:
+            wanted = list(names_filter)
+        ours = [self._name(n) for n in wanted]
+        out, cache = self._m.run_with_cache(_tokens(inputs), ours, _targets(targets))
+        return out, {asked: cache[our] for asked, our in zip(wanted, ours)}
 
     def run_with_hooks(self, inputs: ArrayLike, hooks: Sequence[Any], targets: Optional[ArrayLike] = None) -> np.ndarray:
         """Forward pass with ``hooks`` (``Hook`` objects or dicts with the same
         keys) applied in order; returns the output."""
-        return self._m.run_with_hooks(_tokens(inputs), [_hook(h) for h in hooks], _targets(targets))
+        ds = [_hook(h) for h in hooks]
+        for d in ds:
+            if isinstance(d.get("name"), str):
+                d["name"] = self._name(d["name"])
+        return self._m.run_with_hooks(_tokens(inputs), ds, _targets(targets))

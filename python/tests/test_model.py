@@ -32,6 +32,28 @@ def test_hook_points_and_cache(induction_run, tokens):
     np.testing.assert_allclose(single[0], out[0])
 
 
+def test_names_filter_and_transformerlens_names(induction_run, tokens):
+    m = induction_run.model()
+    _, every = m.run_with_cache(tokens)
+    # names_filter as TransformerLens takes it: a predicate, a name, or a list.
+    _, pats = m.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    assert sorted(pats) == sorted(n for n in every if n.endswith("hook_pattern")) and len(pats) >= 2
+    _, one = m.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern")
+    assert list(one) == ["blocks.0.attn.hook_pattern"]
+    _, same = m.run_with_cache(tokens, names=["blocks.0.attn.hook_pattern"])
+    np.testing.assert_array_equal(same["blocks.0.attn.hook_pattern"], one["blocks.0.attn.hook_pattern"])
+    with pytest.raises(TypeError, match="not both"):
+        m.run_with_cache(tokens, "hook_embed", names=["hook_embed"])
+    # HookedEncoder's `embed.hook_embed` is our `hook_embed`, returned under the name asked.
+    _, tl = m.run_with_cache(tokens, ["embed.hook_embed"])
+    np.testing.assert_array_equal(tl["embed.hook_embed"], every["hook_embed"])
+    out, _ = m.run_with_cache(tokens, [])
+    patched = m.run_with_hooks(tokens, [{"name": "embed.hook_embed", "ablation": "zero"}])
+    ours = m.run_with_hooks(tokens, [{"name": "hook_embed", "ablation": "zero"}])
+    np.testing.assert_array_equal(patched, ours)
+    assert np.abs(ours - out).max() > 0
+
+
 def test_hooks_change_the_output(induction_run, tokens):
     m = induction_run.model()
     out, _ = m.run_with_cache(tokens, [])
