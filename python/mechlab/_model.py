@@ -53,7 +53,8 @@ def _hook(h: Any) -> Dict[str, Any]:
 
 class Model:
     """A run's model at one checkpoint (``Run.model(step)``). Activations are
-    float64 arrays under TransformerLens hook names and layouts."""
+    arrays in the run's dtype (float32 for an f32 run, else float64) under
+    TransformerLens hook names and layouts."""
 
     def __init__(self, native: Any, run_dir: Any) -> None:
         self._m = native

@@ -3,7 +3,9 @@
 //! `mechlab::inspect::load_model` picks the model from the run's config and
 //! loads the checkpoint's weights; this wraps the `HookedModel` it returns. Token
 //! ids arrive as an int64 `[batch, seq]` array (the Python layer converts), the
-//! activations leave as float64 numpy arrays that take over the Rust buffers.
+//! activations leave as numpy arrays in the run's dtype: float64 arrays take over
+//! the engine's buffers; an f32 run's (whose caches the engine widens exactly)
+//! are narrowed back to float32, half the memory, every value unchanged.
 //! Forward passes release the GIL.
 
 use crate::errors::{self, Kind};
@@ -11,7 +13,7 @@ use crate::files::run_folder;
 use mechlab::inspect::LoadError;
 use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
 use numpy::ndarray::{ArrayD, IxDyn};
-use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArray2, PyReadonlyArrayDyn};
+use numpy::{IntoPyArray, PyReadonlyArray2, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
@@ -23,16 +25,26 @@ pub struct Model {
     inner: Mutex<Box<dyn HookedModel + Send>>,
     #[pyo3(get)]
     step: u64,
+    /// The run trains in f32 (`model.dtype`): arrays go out as float32.
+    f32: bool,
 }
 
 fn hook_err(py: Python<'_>, e: &HookError) -> PyErr {
     errors::raise(py, Kind::Hook, e.to_string())
 }
 
-fn to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
-    let a = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data)
-        .map_err(|e| errors::raise(py, Kind::Mechlab, format!("model output: {e}")))?;
-    Ok(a.into_pyarray(py))
+fn to_numpy<'py>(py: Python<'py>, t: Tensor, f32: bool) -> PyResult<Bound<'py, PyAny>> {
+    let bad = |e: numpy::ndarray::ShapeError| {
+        errors::raise(py, Kind::Mechlab, format!("model output: {e}"))
+    };
+    if f32 {
+        // Exact: the values were f32 before the engine widened them.
+        let data: Vec<f32> = t.data.iter().map(|&v| v as f32).collect();
+        let a = ArrayD::from_shape_vec(IxDyn(&t.shape), data).map_err(bad)?;
+        return Ok(a.into_pyarray(py).into_any());
+    }
+    let a = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data).map_err(bad)?;
+    Ok(a.into_pyarray(py).into_any())
 }
 
 fn batch(
@@ -137,7 +149,7 @@ impl Model {
         tokens: PyReadonlyArray2<'py, i64>,
         names: Vec<String>,
         targets: Option<PyReadonlyArrayDyn<'py, i64>>,
-    ) -> PyResult<(Bound<'py, PyArrayDyn<f64>>, Bound<'py, PyDict>)> {
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
         let b = batch(py, tokens, targets)?;
         let res = py.detach(|| {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -149,9 +161,9 @@ impl Model {
         let (out, cache) = res.map_err(|e| hook_err(py, &e))?;
         let d = PyDict::new(py);
         for (k, t) in cache {
-            d.set_item(k, to_numpy(py, t)?)?;
+            d.set_item(k, to_numpy(py, t, self.f32)?)?;
         }
-        Ok((to_numpy(py, out)?, d))
+        Ok((to_numpy(py, out, self.f32)?, d))
     }
 
     /// Forward pass with `hooks` (dicts: name, ablation, heads, positions) applied.
@@ -162,7 +174,7 @@ impl Model {
         tokens: PyReadonlyArray2<'py, i64>,
         hooks: Vec<Bound<'py, PyDict>>,
         targets: Option<PyReadonlyArrayDyn<'py, i64>>,
-    ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let b = batch(py, tokens, targets)?;
         let hooks = hooks
             .iter()
@@ -174,7 +186,7 @@ impl Model {
                 .expect("model lock")
                 .run_with_hooks(&b, &hooks)
         });
-        to_numpy(py, res.map_err(|e| hook_err(py, &e))?)
+        to_numpy(py, res.map_err(|e| hook_err(py, &e))?, self.f32)
     }
 }
 
@@ -190,8 +202,15 @@ pub fn load_model(py: Python<'_>, dir: PathBuf, step: Option<u64>) -> PyResult<M
             LoadError::Config(c) => errors::config(py, c),
             _ => errors::raise(py, Kind::Checkpoint, e.to_string()),
         })?;
+    // The dtype the run trains in; a config that does not say is f64.
+    let f32 = std::fs::read_to_string(dir.join("config.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|c| c.get("model")?.get("dtype")?.as_str().map(|d| d == "f32"))
+        .unwrap_or(false);
     Ok(Model {
         inner: Mutex::new(m),
         step: at,
+        f32,
     })
 }

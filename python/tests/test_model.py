@@ -54,6 +54,13 @@ def test_names_filter_and_transformerlens_names(induction_run, tokens):
     assert np.abs(ours - out).max() > 0
 
 
+def test_an_f32_run_gives_float32_activations(selection_f32_run, tokens):
+    m = selection_f32_run.model()
+    out, cache = m.run_with_cache(tokens)
+    assert out.dtype == np.float32 and cache and all(a.dtype == np.float32 for a in cache.values())
+    assert m.run_with_hooks(tokens, [mechlab.Hook("hook_embed")]).dtype == np.float32
+
+
 def test_hooks_change_the_output(induction_run, tokens):
     m = induction_run.model()
     out, _ = m.run_with_cache(tokens, [])
