@@ -2,54 +2,74 @@
 functions instead: they wrap these with defaults, progress bars and parsing."""
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, final
 
 import numpy as np
+from typing_extensions import TypeAlias
+
+__all__ = [
+    "__version__",
+    "presets",
+    "config_json",
+    "read_config_json",
+    "read_summary_json",
+    "metrics",
+    "steps",
+    "checkpoint",
+    "run",
+    "resume",
+    "sweep",
+    "reproduce",
+    "Model",
+    "load_model",
+]
 
 __version__: str
 
-Overrides = Optional[Dict[str, Any]]
-OnProgress = Optional[Callable[[int, int, str], None]]
-PathLike = Union[str, "os.PathLike[str]"]
+# Private aliases: stubtest checks every public name against the module.
+_Overrides: TypeAlias = Optional[Dict[str, Any]]
+_OnProgress: TypeAlias = Optional[Callable[[int, int, str], None]]
+_PathLike: TypeAlias = Union[str, "os.PathLike[str]"]
 
 def presets() -> List[str]: ...
-def config_json(source: str, overrides: Overrides = None, seed: Optional[int] = None) -> str: ...
-def read_config_json(dir: PathLike) -> str: ...
-def read_summary_json(dir: PathLike) -> Optional[str]: ...
-def metrics(dir: PathLike, event: str) -> Dict[str, np.ndarray]: ...
-def steps(dir: PathLike) -> List[int]: ...
-def checkpoint(dir: PathLike, step: Optional[int] = None) -> Tuple[Dict[str, np.ndarray], int]: ...
+def config_json(source: str, overrides: _Overrides = None, seed: Optional[int] = None) -> str: ...
+def read_config_json(dir: _PathLike) -> str: ...
+def read_summary_json(dir: _PathLike) -> Optional[str]: ...
+def metrics(dir: _PathLike, event: str) -> Dict[str, np.ndarray]: ...
+def steps(dir: _PathLike) -> List[int]: ...
+def checkpoint(dir: _PathLike, step: Optional[int] = None) -> Tuple[Dict[str, np.ndarray], int]: ...
 def run(
     source: str,
     *,
     seed: Optional[int] = None,
-    overrides: Overrides = None,
-    out: Optional[PathLike] = None,
+    overrides: _Overrides = None,
+    out: Optional[_PathLike] = None,
     command: Optional[str] = None,
-    on_progress: OnProgress = None,
+    on_progress: _OnProgress = None,
 ) -> str: ...
-def resume(dir: PathLike, *, on_progress: OnProgress = None) -> str: ...
+def resume(dir: _PathLike, *, on_progress: _OnProgress = None) -> str: ...
 def sweep(
     source: str,
     grid: Dict[str, Any],
     seeds: List[int],
     *,
-    overrides: Overrides = None,
-    out: PathLike,
+    overrides: _Overrides = None,
+    out: _PathLike,
     jobs: Optional[int] = None,
     shard: Optional[Tuple[int, int]] = None,
     replace: bool = False,
     command: Optional[str] = None,
-    on_progress: OnProgress = None,
+    on_progress: _OnProgress = None,
 ) -> str: ...
 def reproduce(
     papers: List[str],
-    out: PathLike,
+    out: _PathLike,
     *,
     command: Optional[str] = None,
-    on_progress: OnProgress = None,
+    on_progress: _OnProgress = None,
 ) -> List[Dict[str, Any]]: ...
 
+@final
 class Model:
     step: int
     def hook_points(self) -> List[Dict[str, str]]: ...
@@ -61,4 +81,4 @@ class Model:
         self, tokens: np.ndarray, hooks: List[Dict[str, Any]], targets: Optional[np.ndarray] = None
     ) -> np.ndarray: ...
 
-def load_model(dir: PathLike, step: Optional[int] = None) -> Model: ...
+def load_model(dir: _PathLike, step: Optional[int] = None) -> Model: ...

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 import numpy as np
 
 from . import _native
+from ._errors import RunFolderError
 
 if TYPE_CHECKING:
     from ._model import Model
@@ -39,11 +40,7 @@ class Run:
         """The resolved config (every key), as saved in ``config.toml``."""
         return self._config
 
-    @property
-    def summary(self) -> Optional[Dict[str, Any]]:
-        """``summary.json``: ``{"experiment", "seed", "metrics", "verdicts",
-        "measurements"}``;
-        ``None`` for a run that has not finished (interrupted: see ``resume``)."""
+    def _read_summary(self) -> Optional[Dict[str, Any]]:
         if self._summary is None:
             text = _native.read_summary_json(self.dir)
             if text is None:
@@ -52,10 +49,29 @@ class Run:
         return self._summary
 
     @property
+    def finished(self) -> bool:
+        """Whether the run has finished (it has a ``summary.json``)."""
+        return self._read_summary() is not None
+
+    @property
+    def summary(self) -> Dict[str, Any]:
+        """``summary.json``: ``{"experiment", "seed", "metrics", "verdicts",
+        "measurements"}``. A run that has not finished (interrupted: see
+        ``resume``; check ``finished``) has none and raises RunFolderError."""
+        s = self._read_summary()
+        if s is None:
+            raise RunFolderError(
+                f"{self.dir}: no summary.json, the run has not finished "
+                f"(continue it with mechlab.resume({str(self.dir)!r}))"
+            )
+        return s
+
+    @property
     def verdicts(self) -> List[Dict[str, Any]]:
         """One dict per claim: ``id``, ``claim``, ``prediction``, ``source`` (where
-        the prediction comes from), ``measured``, ``pass``."""
-        s = self.summary
+        the prediction comes from), ``measured``, ``pass``; empty for a run that
+        has not finished."""
+        s = self._read_summary()
         return [] if s is None else list(s["verdicts"])
 
     def metrics(self, event: str = "train") -> Any:

@@ -50,7 +50,7 @@ def test_a_failing_progress_callback_stops_the_run(tmp_path):
         _native.run("induction-simplified", overrides={"train.steps": 200}, out=tmp_path / "b", on_progress=boom)
     # The stop flag was lowered again: the next run completes.
     r = mechlab.run("selection-synthetic", out=tmp_path / "after")
-    assert r.summary is not None
+    assert r.finished and r.summary
 
 
 def test_ctrl_c_checkpoints_and_resume_is_bit_identical(tmp_path):
@@ -71,7 +71,9 @@ def test_ctrl_c_checkpoints_and_resume_is_bit_identical(tmp_path):
         mechlab.run("induction-simplified", overrides={"train.steps": steps}, out=tmp_path / "cut")
     watcher.join()
     cut = mechlab.load(tmp_path / "cut")
-    assert cut.summary is None and cut.verdicts == []
+    assert not cut.finished and cut.verdicts == []
+    with pytest.raises(mechlab.RunFolderError, match=r"no summary.json, the run has not finished .*mechlab.resume"):
+        cut.summary
     stopped_at = cut.steps()[-1]
     assert 0 < stopped_at < steps
     seen = []
