@@ -37,7 +37,10 @@ use std::path::Path;
 #[serde(deny_unknown_fields, default)]
 pub struct BertModelConfig {
     /// A Hugging Face folder (`config.json`, `model.safetensors`, `tokenizer.json`
-    /// or `vocab.txt`), relative to the working directory or absolute.
+    /// or `vocab.txt`): absolute, or relative to the working directory; when
+    /// that is not a folder, its last component in the shared models folder
+    /// (`shared/models`, beside the data folder), so the default works from any
+    /// working directory. Not found: a config error naming `model.path`.
     pub path: String,
     /// Pieces per lead section, `[CLS]` and `[SEP]` included.
     pub max_len: usize,

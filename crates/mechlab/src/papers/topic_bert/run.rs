@@ -6,6 +6,7 @@ use super::{
     batches_by_length, gap_figures, pad_batch, piece_topics, piece_words, wiki_topics,
     TopicBertConfig,
 };
+use crate::config::ConfigError;
 use crate::experiment::ExperimentError;
 use crate::papers::topic::data::N_SPECIAL;
 use crate::papers::topic::probes::shuffled_topics;
@@ -18,11 +19,39 @@ use mechlab_engine::bert::Bert;
 use mechlab_engine::hooks::HookedModel;
 use mechlab_report::Figure;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Instant;
 
 fn data_err(e: impl std::fmt::Display) -> ExperimentError {
     ExperimentError::Data(e.to_string())
+}
+
+/// The encoder's folder for `model.path`: the path as given (absolute, or
+/// relative to the working directory) when it is a folder; else its last
+/// component in the shared models folder (`shared/models` beside the data
+/// folder: beside the checkout, or `$MECHLAB_DATA/../models`), so that the
+/// default works from any working directory (a notebook's folder, a sweep's).
+fn model_dir(path: &str) -> Result<PathBuf, ExperimentError> {
+    let given = PathBuf::from(path);
+    if given.is_dir() {
+        return Ok(given);
+    }
+    let shared = mechlab_corpora::datadir::data_dir()
+        .ok()
+        .and_then(|d| Some(d.parent()?.join("models").join(given.file_name()?)));
+    if let Some(s) = shared.filter(|s| s.is_dir()) {
+        return Ok(s);
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    Err(ExperimentError::Config(ConfigError::Invalid {
+        file: "model.path".into(),
+        message: format!(
+            "`{path}` is not a folder (looked in the working directory {} and in the \
+             shared models folder); give a Hugging Face BERT folder (config.json, \
+             model.safetensors, tokenizer.json or vocab.txt)",
+            cwd.display()
+        ),
+    }))
 }
 
 /// Topic per model vocabulary id for the embedding probe: whole-word tokens take
@@ -78,7 +107,7 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
         ));
     }
     let seed = ctx.seed();
-    let dir = Path::new(&cfg.model.path);
+    let dir = &model_dir(&cfg.model.path)?;
     let t_load = Instant::now();
     let mut bert = Bert::load(dir).map_err(data_err)?;
     let tok = PretrainedTokenizer::from_dir(dir).map_err(data_err)?;
@@ -340,4 +369,31 @@ fn sentence_figures(
         drawn += 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_model_path_resolves_from_any_working_directory() {
+        // Unit tests run in crates/mechlab, where `../shared/...` is not a folder:
+        // the shared models folder supplies it.
+        let default = super::super::BertModelConfig::default().path;
+        assert!(!std::path::Path::new(&default).is_dir());
+        if mechlab_corpora::datadir::data_dir().is_ok() {
+            let d = model_dir(&default).unwrap();
+            assert!(d.join("config.json").is_file(), "{}", d.display());
+        }
+        match model_dir("nowhere/at-all") {
+            Err(ExperimentError::Config(e)) => {
+                let e = e.to_string();
+                assert!(
+                    e.starts_with("model.path: `nowhere/at-all` is not a folder"),
+                    "{e}"
+                );
+            }
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
 }
