@@ -35,8 +35,8 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
 fi
 
 if [ -z "${MECHLAB_BIN:-}" ]; then
-    say "cargo build --bin mechlab"
-    cargo build --quiet --bin mechlab
+    say "cargo build --workspace --bin mechlab"
+    cargo build --quiet --workspace --bin mechlab
     MECHLAB_BIN="${CARGO_TARGET_DIR:-target}/debug/mechlab"
 fi
 MECHLAB_BIN=$(realpath "$MECHLAB_BIN")

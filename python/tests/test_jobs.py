@@ -1,6 +1,7 @@
 """Long calls: progress, Ctrl-C and resume, sweep(), reproduce()."""
 
 import _thread
+import signal
 import threading
 import time
 
@@ -54,6 +55,16 @@ def test_a_failing_progress_callback_stops_the_run(tmp_path):
 
 
 def test_ctrl_c_checkpoints_and_resume_is_bit_identical(tmp_path):
+    # A shell starts background jobs with SIGINT ignored, and then Python neither
+    # installs its handler nor lets interrupt_main() simulate one: install it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_then_resume(tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_then_resume(tmp_path):
     steps = 120
     full = mechlab.run("induction-simplified", overrides={"train.steps": steps}, out=tmp_path / "full")
     # Ctrl-C as the terminal sends it, once training is under way (the step-4
