@@ -53,7 +53,10 @@ def describe(xs):
     a = np.array(xs, float)
     q = np.quantile(np.where(np.isfinite(a), a, np.inf), [0.25, 0.5, 0.75], method="linear")
     fmt = lambda v: "never" if not np.isfinite(v) else f"{v:.0f}"
-    return f"median {fmt(q[1])}, quartiles {fmt(q[0])}-{fmt(q[2])}, range {fmt(a.min())}-{fmt(a.max())}"
+    f = a[np.isfinite(a)]
+    sd = f"{f.std(ddof=1):.0f}" if len(f) > 1 else "-"
+    return (f"median {fmt(q[1])}, quartiles {fmt(q[0])}-{fmt(q[2])}, range {fmt(a.min())}-{fmt(a.max())}, "
+            f"sd {sd} over the {len(f)} reached")
 
 
 def main():
