@@ -9,33 +9,24 @@
 //! spent before and after training (data, probes, figures, report) are named
 //! rather than shown as a bar stuck at 0 or 100 %.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// What a run is doing, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
 pub enum Phase {
     /// Generating or reading data, building the model (before the first step).
-    Setup = 0,
+    Setup,
     /// The training loop (the bar counts steps).
-    Training = 1,
+    Training,
     /// Probes, interventions and verdicts after training.
-    Measuring = 2,
+    Measuring,
     /// The summary, figures and report.
-    Report = 3,
-    Done = 4,
+    Report,
+    Done,
 }
 
 impl Phase {
-    const ALL: [Phase; 5] = [
-        Phase::Setup,
-        Phase::Training,
-        Phase::Measuring,
-        Phase::Report,
-        Phase::Done,
-    ];
-
     /// The name a progress bar shows.
     pub fn name(self) -> &'static str {
         match self {
@@ -54,8 +45,8 @@ impl Phase {
 pub struct Progress {
     done: AtomicU64,
     total: AtomicU64,
-    phase: AtomicU8,
-    /// Every phase entered, in order (a handful per run).
+    /// Every phase entered, in order (a handful per run); the last is the
+    /// current one.
     seen: Mutex<Vec<Phase>>,
 }
 
@@ -73,14 +64,16 @@ impl Progress {
         self.done.fetch_add(1, Ordering::Relaxed);
     }
     pub fn set_phase(&self, phase: Phase) {
-        self.phase.store(phase as u8, Ordering::Relaxed);
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen.last() != Some(&phase) {
             seen.push(phase);
         }
     }
+    /// The current phase ([`Phase::Setup`] until one is set). A lock, not an
+    /// atomic: watchers ask a few times a second, the loop never.
     pub fn phase(&self) -> Phase {
-        Phase::ALL[usize::from(self.phase.load(Ordering::Relaxed)).min(4)]
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.last().copied().unwrap_or(Phase::Setup)
     }
     /// The phases entered so far, in order.
     pub fn phases(&self) -> Vec<Phase> {
@@ -106,5 +99,20 @@ mod tests {
         assert_eq!(p.get(), (2, 3));
         p.set_done(0);
         assert_eq!(p.get(), (0, 3));
+    }
+
+    #[test]
+    fn the_current_phase_is_the_last_entered() {
+        use super::Phase::*;
+        let p = super::Progress::new();
+        assert_eq!(p.phase(), Setup);
+        for ph in [Setup, Training, Training, Measuring, Training, Measuring] {
+            p.set_phase(ph);
+        }
+        assert_eq!(p.phase(), Measuring);
+        assert_eq!(
+            p.phases(),
+            [Setup, Training, Measuring, Training, Measuring]
+        );
     }
 }
