@@ -26,12 +26,13 @@ pub mod html;
 pub mod markdown;
 pub mod render;
 pub mod spec;
+mod viewer;
 
 pub use doc::{Block, Measurement, Report, Section, Verdict};
 pub use html::render_html;
 pub use markdown::{render_markdown, render_markdown_with};
 pub use render::{render_png, render_svg};
-pub use spec::{Figure, Plot, Point, RefLine, Series};
+pub use spec::{AttentionHead, AttentionSource, Figure, Plot, Point, RefLine, Series};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

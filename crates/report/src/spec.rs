@@ -74,6 +74,58 @@ pub enum Plot {
         #[serde(default)]
         lines: Vec<Series>,
     },
+    /// Attention weights over one sequence, for the HTML report's interactive
+    /// viewer (tokens as text, hover a query to see where it attends, pick a
+    /// head). `pattern` is row-major `[head, query, key]`; the queries are the
+    /// tokens themselves (self-attention) unless `query_tokens` names them (a
+    /// ⟨cls⟩ query). Pictures (SVG, PNG, and the page without JavaScript) show
+    /// the first head as a heatmap.
+    Attention {
+        /// The sequence, one entry per key position.
+        tokens: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        query_tokens: Vec<String>,
+        heads: Vec<AttentionHead>,
+        #[serde(deserialize_with = "floats")]
+        pattern: Vec<f64>,
+        /// Where the same weights are stored as activations, if anywhere.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<AttentionSource>,
+        /// The head shown first (and in pictures), an index into `heads`.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        first_head: usize,
+    },
+}
+
+/// One head of an attention viewer: its label and where it lives.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttentionHead {
+    /// Shown on the head picker, e.g. `L1H0`.
+    pub name: String,
+    /// The hook whose activation holds it, e.g. `blocks.1.attn.hook_pattern`.
+    pub hook: String,
+    /// Its index on the hook's head axis.
+    pub head: usize,
+}
+
+impl AttentionHead {
+    /// Head `head` of layer `layer`'s `blocks.{layer}.attn.hook_pattern`, named `L{layer}H{head}`.
+    pub fn of_layer(layer: usize, head: usize) -> Self {
+        AttentionHead {
+            name: format!("L{layer}H{head}"),
+            hook: format!("blocks.{layer}.attn.hook_pattern"),
+            head,
+        }
+    }
+}
+
+/// The activation file holding a viewer's weights: each head's
+/// `[batch, head, query_pos, key_pos]` hook at sequence `batch`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttentionSource {
+    /// Relative to the report (a run's `activations.safetensors`).
+    pub file: String,
+    pub batch: usize,
 }
 
 /// One named curve.
@@ -115,6 +167,10 @@ pub struct Point {
 // JSON has no NaN or infinity: serde_json writes them as `null`. Reading
 // `null` back as NaN lets a figure with missing values round-trip through its
 // file (the renderer skips NaN).
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
 
 fn float<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
@@ -227,12 +283,108 @@ impl Figure {
         self
     }
 
+    /// An attention viewer of `pattern` (`[head, query, key]`) over `tokens`,
+    /// queries being the tokens themselves; see [`Plot::Attention`].
+    pub fn attention(
+        id: &str,
+        title: &str,
+        tokens: Vec<String>,
+        heads: Vec<AttentionHead>,
+        pattern: Vec<f64>,
+    ) -> Self {
+        Figure {
+            id: id.to_string(),
+            title: title.to_string(),
+            caption: String::new(),
+            plot: Plot::Attention {
+                tokens,
+                query_tokens: Vec::new(),
+                heads,
+                pattern,
+                source: None,
+                first_head: 0,
+            },
+        }
+    }
+
+    /// Names the queries of an attention viewer whose queries are not its tokens.
+    pub fn with_queries(mut self, queries: Vec<String>) -> Self {
+        if let Plot::Attention { query_tokens, .. } = &mut self.plot {
+            *query_tokens = queries;
+        }
+        self
+    }
+
+    /// Says which activation file and sequence hold an attention viewer's weights.
+    pub fn with_source(mut self, file: &str, batch: usize) -> Self {
+        if let Plot::Attention { source, .. } = &mut self.plot {
+            *source = Some(AttentionSource {
+                file: file.to_string(),
+                batch,
+            });
+        }
+        self
+    }
+
+    /// Makes head `index` (into the viewer's heads) the one shown first and in pictures.
+    pub fn with_first_head(mut self, index: usize) -> Self {
+        if let Plot::Attention { first_head, .. } = &mut self.plot {
+            *first_head = index;
+        }
+        self
+    }
+
+    /// What pictures of this figure show: itself, or for an attention viewer
+    /// its first head (`first_head`) as a heatmap (query rows, key columns,
+    /// token ticks).
+    pub fn still(&self) -> std::borrow::Cow<'_, Figure> {
+        let Plot::Attention {
+            tokens,
+            query_tokens,
+            heads,
+            pattern,
+            first_head,
+            ..
+        } = &self.plot
+        else {
+            return std::borrow::Cow::Borrowed(self);
+        };
+        let queries = if query_tokens.is_empty() {
+            tokens
+        } else {
+            query_tokens
+        };
+        let (nq, nk) = (queries.len(), tokens.len());
+        let tick = |v: &Vec<String>| {
+            v.iter()
+                .enumerate()
+                .map(|(i, t)| format!("{i}:{t}"))
+                .collect()
+        };
+        let title = match heads.get(*first_head) {
+            Some(h) if heads.len() > 1 => format!(
+                "{} ({}; {} heads in the HTML report)",
+                self.title,
+                h.name,
+                heads.len()
+            ),
+            Some(h) => format!("{} ({})", self.title, h.name),
+            None => self.title.clone(),
+        };
+        let at = first_head * nq * nk;
+        let values = pattern.get(at..at + nq * nk).unwrap_or(pattern).to_vec();
+        let mut fig = Figure::heatmap(&self.id, &title, "key", "query", nq, nk, values, false)
+            .with_ticks(tick(queries), tick(tokens));
+        fig.caption = self.caption.clone();
+        std::borrow::Cow::Owned(fig)
+    }
+
     /// Adds a curve to a line plot, or an overlay line to a scatter plot.
     pub fn with_series(mut self, s: Series) -> Self {
         match &mut self.plot {
             Plot::Lines { series, .. } => series.push(s),
             Plot::Scatter { lines, .. } => lines.push(s),
-            Plot::Heatmap { .. } => {}
+            Plot::Heatmap { .. } | Plot::Attention { .. } => {}
         }
         self
     }

@@ -52,6 +52,7 @@ const FONT: &str = "DejaVu Sans, Verdana, sans-serif";
 
 /// Renders a figure as a standalone SVG document.
 pub fn render_svg(fig: &Figure) -> Result<String, ReportError> {
+    let fig = &*fig.still();
     fonts(&fig.id)?;
     let mut out = String::new();
     let cells;
@@ -84,6 +85,7 @@ pub fn render_svg(fig: &Figure) -> Result<String, ReportError> {
 
 /// Renders a figure as PNG bytes, [`PNG_SCALE`] times the size of the SVG.
 pub fn render_png(fig: &Figure) -> Result<Vec<u8>, ReportError> {
+    let fig = &*fig.still();
     fonts(&fig.id)?;
     let (w, h) = (SVG_SIZE.0 * PNG_SCALE, SVG_SIZE.1 * PNG_SCALE);
     let mut rgb = vec![0u8; (w * h * 3) as usize];
@@ -230,6 +232,11 @@ fn draw_figure<DB: DrawingBackend>(
             points,
             lines,
         } => scatter::draw(&body, &t, x_label, y_label, points, lines).map(|()| None),
+        // `render_svg` and `render_png` draw an attention viewer's still instead.
+        Plot::Attention { .. } => Err(ReportError::InvalidFigure {
+            figure: fig.id.clone(),
+            reason: "an attention viewer is drawn as its still (Figure::still)".into(),
+        }),
     }
 }
 
