@@ -238,6 +238,13 @@ fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
             let mut blocks = Vec::new();
             for mut f in figs {
                 f.id = format!("{}/figures/{}", o.name, f.id);
+                // A viewer's activation file, as seen from the combined report.
+                if let mechlab_report::Plot::Attention {
+                    source: Some(src), ..
+                } = &mut f.plot
+                {
+                    src.file = format!("{}/{}", o.name, src.file);
+                }
                 blocks.push(Block::Figure(f.id.clone()));
                 figures.push(f);
             }

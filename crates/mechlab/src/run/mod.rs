@@ -402,6 +402,45 @@ pub struct Activation {
     pub data: Vec<f64>,
 }
 
+/// One layer's attention over one sequence, `[n_heads, n_q, n_k]` row-major,
+/// for [`attention_record`].
+pub struct LayerPattern {
+    pub layer: usize,
+    pub n_heads: usize,
+    pub pattern: Vec<f64>,
+}
+
+/// The activations and the report's attention viewer of one sequence of
+/// `tokens` (self-attention): each layer's pattern becomes the activation
+/// `blocks.{layer}.attn.hook_pattern` `[1, n_heads, T, T]`, and the viewer
+/// (figure `id`) shows every head of every layer, citing that file. Record the
+/// activations with [`RunCtx::record_activations`] and the figure with
+/// [`RunCtx::figure`].
+pub fn attention_record(
+    id: &str,
+    title: &str,
+    tokens: Vec<String>,
+    layers: &[LayerPattern],
+) -> (Vec<Activation>, mechlab_report::Figure) {
+    let t = tokens.len();
+    let mut heads = Vec::new();
+    let mut pattern = Vec::new();
+    let mut acts = Vec::new();
+    for l in layers {
+        debug_assert_eq!(l.pattern.len(), l.n_heads * t * t, "layer {}", l.layer);
+        heads.extend((0..l.n_heads).map(|h| mechlab_report::AttentionHead::of_layer(l.layer, h)));
+        pattern.extend_from_slice(&l.pattern);
+        acts.push(Activation {
+            name: format!("blocks.{}.attn.hook_pattern", l.layer),
+            shape: vec![1, l.n_heads, t, t],
+            data: l.pattern.clone(),
+        });
+    }
+    let fig = mechlab_report::Figure::attention(id, title, tokens, heads, pattern)
+        .with_source("activations.safetensors", 0);
+    (acts, fig)
+}
+
 /// Reads a run's `summary.json`.
 pub fn read_summary(dir: &Path) -> Result<Summary, RunError> {
     let path = dir.join("summary.json");

@@ -29,6 +29,7 @@ mod layer2;
 pub mod probes;
 pub mod simplified;
 pub(crate) mod task;
+mod viewer;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
@@ -292,6 +293,12 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
         probe::head_scores::<T, M>(model, cfg.data.vocab, 20, 200, &mut grng);
 
     // --- figures ---
+    let (acts, viewers) = viewer::attention_viewers(model, &val)
+        .map_err(|e| bad(format!("attention viewer: {e}")))?;
+    ctx.record_activations(&acts)?;
+    for v in &viewers {
+        ctx.figure(v)?;
+    }
     let recs = ctx.records()?;
     let mut fig = Figure::lines("c_shares", "Selector: c² share of each kernel subset", "epoch", "c_δ² / Σ c²").log_x()
         .caption("Normalised c_δ² of the subsets without the raw token; the subset of heads copying the true parents should take the whole share.");

@@ -13,7 +13,7 @@ use super::probes::{self, Eval};
 use crate::experiment::ExperimentError;
 use crate::run::metrics;
 use crate::run::summary::Summary;
-use crate::run::RunCtx;
+use crate::run::{attention_record, LayerPattern, RunCtx};
 use mechlab_report::{Figure, Series};
 
 /// Eval loss over training of a run outside the trainer, with its baselines.
@@ -187,6 +187,30 @@ pub fn finish(
             .caption("Attention of the trained model on the first evaluation sequence."),
         )?;
     }
+    let layers: Vec<LayerPattern> = f
+        .pattern
+        .iter()
+        .enumerate()
+        .map(|(layer, pat)| LayerPattern {
+            layer,
+            n_heads: pat.len() / (tl * tl).max(1),
+            pattern: pat[..pat.len() / (tl * tl).max(1) * tl * tl].to_vec(),
+        })
+        .collect();
+    let tokens = f.pat_tokens.iter().map(|t| t.to_string()).collect();
+    let (acts, viewer) = attention_record(
+        "attention",
+        "Attention on the first evaluation sequence, every head",
+        tokens,
+        &layers,
+    );
+    let caption = if cfg.model.kind == ModelKind::Minimal {
+        "The minimal model's weights, each row as the share of its absolute weight on each key. Layer 0 should look one token back; layer 1 at the tokens that followed earlier copies of the current one."
+    } else {
+        "Layer 0's heads should look one token back (the previous-token head); layer 1 at the tokens that followed earlier copies of the current one (statistical induction)."
+    };
+    ctx.record_activations(&acts)?;
+    ctx.figure(&viewer.caption(caption))?;
 
     // --- verdicts ---
     let mut s = Summary::new("markov-icl", ctx.seed());

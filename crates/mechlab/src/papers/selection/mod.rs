@@ -343,6 +343,24 @@ fn run_typed<T: Float>(
     };
 
     // --- figures ---
+    // The ⟨cls⟩ query's attention over the shortest recorded test sequence.
+    let k = (0..n_rec).min_by_key(|&k| test.lens[k]).unwrap_or(0);
+    let len = test.lens[k] as usize;
+    ctx.figure(
+        &Figure::attention(
+            "attention",
+            &format!(
+                "⟨cls⟩ attention on test sequence {k} (label {:+})",
+                test.y[k]
+            ),
+            test.tokens(k).iter().map(|&t| word(t)).collect(),
+            vec![mechlab_report::AttentionHead::of_layer(0, 0)],
+            pattern[k * test.n_ctx..k * test.n_ctx + len].to_vec(),
+        )
+        .with_queries(vec!["⟨cls⟩".into()])
+        .with_source("activations.safetensors", k)
+        .caption("Shading is the ⟨cls⟩ query's weight on each token: a trained model selects the label-predictive tokens."),
+    )?;
     let group = |a: f64| {
         if a > 0.0 {
             "positive"

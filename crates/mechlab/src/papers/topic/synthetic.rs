@@ -3,7 +3,7 @@
 use super::config::TopicConfig;
 use super::report::{report, FinalProbes};
 use super::training::{
-    dev_loss, log_probes, make_set, measure, record_patterns, value_rows, TopicRun,
+    dev_loss, log_probes, make_set, measure, pattern_viewer, record_patterns, value_rows, TopicRun,
 };
 use crate::experiment::ExperimentError;
 use crate::papers::topic::data::{bayes_bound, LdaModel};
@@ -77,7 +77,9 @@ pub(super) fn run_typed<T: Float>(
     let fitted = fit(&mut run, &cfg.train, ctx, &mut probe)?;
     run.restore_best();
     let final_probes = measure(&run.model, &dev, docs, nt, &topics, &control);
-    ctx.record_activations(&[record_patterns(&run.model, &dev, 8)])?;
+    let pats = record_patterns(&run.model, &dev, 8);
+    ctx.record_activations(std::slice::from_ref(&pats))?;
+    ctx.figure(&pattern_viewer(&pats, &dev, cfg.data.words_per_topic))?;
     let test_loss = dev_loss(&mut run.model, &test, batch);
     // The causal check reads the best checkpoint and a fixed sub-stream only.
     let causal = if attn_trained {

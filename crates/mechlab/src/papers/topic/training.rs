@@ -342,6 +342,51 @@ pub(super) fn record_patterns<T: Float>(m: &TopicMlm<T>, set: &MlmSet, n: usize)
     }
 }
 
+/// The report's attention viewer of the shortest document among those
+/// [`record_patterns`] recorded (`pats`): its words as `t{topic}w{word}` (the
+/// topic that owns the word, the word's index within it), special tokens by
+/// name, citing its sequence in `activations.safetensors`.
+pub(super) fn pattern_viewer(
+    pats: &Activation,
+    set: &MlmSet,
+    words_per_topic: usize,
+) -> mechlab_report::Figure {
+    use crate::papers::topic::data::{END, MASK, N_SPECIAL, PAD, START};
+    let (n, l) = (pats.shape[0], pats.shape[2]);
+    let doc = (0..n).min_by_key(|&i| set.range(i).len()).unwrap_or(0);
+    let r = set.range(doc);
+    let li = r.len();
+    let tokens = set.input[r]
+        .iter()
+        .map(|&t| match t {
+            PAD => "[PAD]".to_string(),
+            MASK => "[MASK]".to_string(),
+            START => "[START]".to_string(),
+            END => "[END]".to_string(),
+            w => {
+                let w = w as usize - N_SPECIAL;
+                format!("t{}w{}", w / words_per_topic, w % words_per_topic)
+            }
+        })
+        .collect();
+    let mut pattern = Vec::with_capacity(li * li);
+    for q in 0..li {
+        let at = doc * l * l + q * l;
+        pattern.extend_from_slice(&pats.data[at..at + li]);
+    }
+    mechlab_report::Figure::attention(
+        "attention",
+        &format!("Attention on dev document {doc} ({li} tokens)"),
+        tokens,
+        vec![mechlab_report::AttentionHead::of_layer(0, 0)],
+        pattern,
+    )
+    .with_source("activations.safetensors", doc)
+    .caption(
+        "Words are written t{topic}w{word}. A trained topic attention puts each query's weight on words of its own topic; masked positions are hidden as keys.",
+    )
+}
+
 pub(super) fn log_probes(ctx: &mut RunCtx, step: u64, p: &Probes) -> Result<(), RunError> {
     // Key order is the record's byte layout: value same/diff, the gaps, entropy.
     let mut rec = vec![("value_same", p.value.same), ("value_diff", p.value.diff)];

@@ -13,7 +13,7 @@ use crate::papers::topic::probes::shuffled_topics;
 use crate::papers::topic::wiki_data::STOP_WORDS;
 use crate::rng::{substream, Stream};
 use crate::run::summary::Summary;
-use crate::run::RunCtx;
+use crate::run::{Activation, RunCtx};
 use mechlab_corpora::wordpiece::PretrainedTokenizer;
 use mechlab_engine::bert::Bert;
 use mechlab_engine::hooks::HookedModel;
@@ -352,6 +352,9 @@ fn sentence_figures(
                 None => s.clone(),
             })
             .collect();
+        if drawn == 0 {
+            sentence_viewer(ctx, bert, &batch, ticks.clone(), (layer, head))?;
+        }
         ctx.figure(
             &Figure::heatmap(
                 &format!("sentence{drawn}"),
@@ -368,6 +371,55 @@ fn sentence_figures(
         )?;
         drawn += 1;
     }
+    Ok(())
+}
+
+/// The report's attention viewer of one sentence (`batch`, one sequence of
+/// `tokens`) with every head of every layer, opening on the head with the
+/// largest LDA gap (`best`, as `(layer, head)`); the patterns are recorded as the run's
+/// activations `blocks.{l}.attn.hook_pattern` `[1, heads, T, T]`.
+fn sentence_viewer(
+    ctx: &mut RunCtx,
+    bert: &mut Bert,
+    batch: &mechlab_engine::hooks::Batch,
+    tokens: Vec<String>,
+    best: (usize, usize),
+) -> Result<(), ExperimentError> {
+    let (nl, nh) = (bert.config.n_layers, bert.config.n_heads);
+    let names: Vec<String> = (0..nl)
+        .map(|l| format!("blocks.{l}.attn.hook_pattern"))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (_, cache) = bert.run_with_cache(batch, &refs).map_err(data_err)?;
+    // Every head in layer order: each hook's [1, heads, T, T] is already [head, q, k].
+    let pattern: Vec<f64> = names
+        .iter()
+        .flat_map(|n| cache[n].data.iter().copied())
+        .collect();
+    let heads = (0..nl)
+        .flat_map(|l| (0..nh).map(move |h| mechlab_report::AttentionHead::of_layer(l, h)))
+        .collect();
+    let acts: Vec<Activation> = names
+        .iter()
+        .map(|n| Activation {
+            name: n.clone(),
+            shape: cache[n].shape.clone(),
+            data: cache[n].data.clone(),
+        })
+        .collect();
+    ctx.record_activations(&acts)?;
+    ctx.figure(
+        &Figure::attention(
+            "attention",
+            &format!("Every head on a held-out sentence (opening on L{}H{}, the largest LDA gap)", best.0, best.1),
+            tokens,
+            heads,
+            pattern,
+        )
+        .with_source("activations.safetensors", 0)
+        .with_first_head(best.0 * nh + best.1)
+        .caption("`word·k` marks a word whose LDA topic is k: in a head with a topic gap, such words attend to words of the same topic."),
+    )?;
     Ok(())
 }
 
