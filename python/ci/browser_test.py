@@ -41,7 +41,7 @@ def load_safetensors(path: Path) -> dict[str, np.ndarray]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        dtype = {"F64": "<f8", "F32": "<f4"}[info["dtype"]]
+        dtype = {"F64": "<f8", "F32": "<f4", "I64": "<i8"}[info["dtype"]]
         a, b = info["data_offsets"]
         out[name] = np.frombuffer(raw[8 + n + a : 8 + n + b], dtype=dtype).reshape(info["shape"])
     return out

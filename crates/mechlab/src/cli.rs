@@ -3,7 +3,7 @@
 //! `src/main.rs` is `mechlab::cli::main(Registry::builtin())`; a crate that adds
 //! its own paper calls the same with `Registry::builtin().with(&MyPaper)` and gets
 //! every command (`list`, `run`, `resume`, `report`, `sweep`, `merge`, `export`,
-//! `reproduce`) for it unchanged. Errors become one line on stderr and an exit
+//! `reproduce`, `encode`) for it unchanged. Errors become one line on stderr and an exit
 //! code here, and only here (`anyhow` at the edge; typed errors below).
 
 use crate::commands::{self, cluster, slurm, sweep};
@@ -128,6 +128,26 @@ enum Cmd {
         /// parent-corrupted sequences.
         #[arg(long)]
         patch: bool,
+    },
+    /// A pretrained encoder's activations on texts, under TransformerLens hook
+    /// names (no run needed): prints the pieces and shapes, --out writes them,
+    /// --html shows every head's attention in the report's viewer.
+    Encode {
+        /// A Hugging Face BERT folder, or a model name in the shared models folder.
+        model: String,
+        /// A text to encode (repeatable; the texts form one padded batch).
+        #[arg(long = "text", required = true)]
+        text: Vec<String>,
+        /// A hook point to record (repeatable; default: every one; --html adds
+        /// every layer's attention pattern).
+        #[arg(long = "hook", value_name = "NAME")]
+        hook: Vec<String>,
+        /// A safetensors file for input_ids and the activations.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// A self-contained HTML page with the attention viewer.
+        #[arg(long)]
+        html: Option<PathBuf>,
     },
     /// Run every registered paper experiment and write one combined report.
     Reproduce {
@@ -282,6 +302,31 @@ where
             commands::intervene::run(&run, &req)?;
             println!("interventions: {}", run.join("intervene.json").display());
             println!("report: {}", run.join("report.html").display());
+        }
+        Cmd::Encode {
+            model,
+            text,
+            hook,
+            out,
+            html,
+        } => {
+            let req = commands::encode::Request {
+                model,
+                texts: text,
+                hooks: hook,
+                out,
+                html,
+            };
+            let enc = commands::encode::run(&req)?;
+            for (b, pieces) in enc.pieces.iter().enumerate() {
+                println!("text {b} ({} pieces): {}", pieces.len(), pieces.join(" "));
+            }
+            for (name, t) in &enc.cache {
+                println!("{name} {:?}", t.shape);
+            }
+            for f in req.out.iter().chain(&req.html) {
+                println!("wrote {}", f.display());
+            }
         }
         Cmd::Report { run } => {
             commands::report::build(&run)?;

@@ -30,6 +30,7 @@ pub mod inspect;
 pub mod intervene;
 pub mod papers;
 pub mod patching;
+pub mod pretrained;
 pub mod rng;
 pub mod run;
 pub mod train;

@@ -1,7 +1,8 @@
-//! What the CLI calls: resolve a config, run, resume, report, sweep, export and
-//! reproduce. Each returns typed errors; only `main.rs` turns them into exit codes.
+//! What the CLI calls: resolve a config, run, resume, report, sweep, export,
+//! reproduce, and encode texts with a pretrained model. Each returns typed errors; only `main.rs` turns them into exit codes.
 
 pub mod cluster;
+pub mod encode;
 pub mod export;
 pub mod intervene;
 pub mod report;

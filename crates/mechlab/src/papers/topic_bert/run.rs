@@ -6,7 +6,6 @@ use super::{
     batches_by_length, gap_figures, pad_batch, piece_topics, piece_words, wiki_topics,
     TopicBertConfig,
 };
-use crate::config::ConfigError;
 use crate::experiment::ExperimentError;
 use crate::papers::topic::data::N_SPECIAL;
 use crate::papers::topic::probes::shuffled_topics;
@@ -26,32 +25,9 @@ fn data_err(e: impl std::fmt::Display) -> ExperimentError {
     ExperimentError::Data(e.to_string())
 }
 
-/// The encoder's folder for `model.path`: the path as given (absolute, or
-/// relative to the working directory) when it is a folder; else its last
-/// component in the shared models folder (`shared/models` beside the data
-/// folder: beside the checkout, or `$MECHLAB_DATA/../models`), so that the
-/// default works from any working directory (a notebook's folder, a sweep's).
+/// The encoder's folder for `model.path` ([`crate::pretrained::model_dir`]).
 fn model_dir(path: &str) -> Result<PathBuf, ExperimentError> {
-    let given = PathBuf::from(path);
-    if given.is_dir() {
-        return Ok(given);
-    }
-    let shared = mechlab_corpora::datadir::data_dir()
-        .ok()
-        .and_then(|d| Some(d.parent()?.join("models").join(given.file_name()?)));
-    if let Some(s) = shared.filter(|s| s.is_dir()) {
-        return Ok(s);
-    }
-    let cwd = std::env::current_dir().unwrap_or_default();
-    Err(ExperimentError::Config(ConfigError::Invalid {
-        file: "model.path".into(),
-        message: format!(
-            "`{path}` is not a folder (looked in the working directory {} and in the \
-             shared models folder); give a Hugging Face BERT folder (config.json, \
-             model.safetensors, tokenizer.json or vocab.txt)",
-            cwd.display()
-        ),
-    }))
+    crate::pretrained::model_dir(path, "model.path").map_err(ExperimentError::Config)
 }
 
 /// Topic per model vocabulary id for the embedding probe: whole-word tokens take
