@@ -11,7 +11,7 @@ The work is done by the same Rust code as the ``mechlab`` command line (the
 native module ``mechlab._native``); see docs/python.md.
 """
 
-from ._api import config, load, presets, reproduce, resume, run, sweep
+from ._api import config, load, load_pretrained, presets, reproduce, resume, run, sweep
 from ._errors import (
     CheckpointError,
     ConfigError,
@@ -21,7 +21,7 @@ from ._errors import (
     SweepFolderError,
     VerdictError,
 )
-from ._model import Hook, Model
+from ._model import Hook, Model, Pretrained
 from ._native import __version__
 from ._run import Run, Sweep
 
@@ -32,6 +32,7 @@ __all__ = [
     "HookError",
     "MechlabError",
     "Model",
+    "Pretrained",
     "Run",
     "RunFolderError",
     "Sweep",
@@ -40,6 +41,7 @@ __all__ = [
     "__version__",
     "config",
     "load",
+    "load_pretrained",
     "presets",
     "reproduce",
     "resume",

@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _native
 from ._errors import ConfigError, VerdictError
+from ._model import Pretrained
 from ._progress import bar
 from ._run import PathLike, Run, Sweep
 
@@ -136,6 +137,19 @@ def run(
 def load(run_dir: PathLike) -> Run:
     """Opens an existing run folder (RunFolderError when it is not one)."""
     return Run(run_dir)
+
+
+def load_pretrained(path: PathLike) -> Pretrained:
+    """A pretrained BERT-family encoder from a Hugging Face folder (``config.json``,
+    ``model.safetensors``, ``tokenizer.json`` or ``vocab.txt``), or by name from
+    the shared models folder, as a hooked model (TransformerLens's
+    ``HookedEncoder.from_pretrained``)::
+
+        m = mechlab.load_pretrained("all-MiniLM-L6-v2")
+        out, cache = m.run_with_cache("The Roman Empire", names_filter=lambda n: n.endswith("hook_pattern"))
+    """
+    native, tokenizer, folder = _native.load_pretrained(str(_required_path(path, "path")))
+    return Pretrained(native, tokenizer, folder)
 
 
 def resume(run_dir: PathLike, *, quiet: Optional[bool] = None) -> Run:

@@ -128,3 +128,68 @@ class Model:
             if isinstance(d.get("name"), str):
                 d["name"] = self._name(d["name"])
         return self._m.run_with_hooks(_tokens(inputs), ds, _targets(targets))
+
+
+TextOrIds = Union[str, Sequence[str], ArrayLike]
+
+
+class Pretrained(Model):
+    """A pretrained encoder (``mechlab.load_pretrained``), used the way
+    TransformerLens's ``HookedEncoder`` is: ``to_tokens`` / ``to_str_tokens``,
+    and ``run_with_cache`` / ``run_with_hooks`` on a text, a list of texts
+    (one padded batch) or token ids ``[batch, seq]``. Activations are float64
+    arrays under TransformerLens hook names and layouts."""
+
+    def __init__(self, native: Any, tokenizer: Any, path: str) -> None:
+        super().__init__(native, path)
+        self.tokenizer = tokenizer
+        """The model's own tokenizer (``encode``, ``id_to_token``, ``pad_token_id``)."""
+
+    def __repr__(self) -> str:
+        return f"Pretrained({str(self.run_dir)!r})"
+
+    @staticmethod
+    def _texts(text: Union[str, Sequence[str]]) -> List[str]:
+        texts = [text] if isinstance(text, str) else list(text)
+        bad = [t for t in texts if not isinstance(t, str)]
+        if bad or not texts:
+            raise TypeError(
+                "text: expected a str or a non-empty list of str"
+                + (f", got an item of type {type(bad[0]).__name__}" if bad else "")
+            )
+        return texts
+
+    def to_tokens(self, text: Union[str, Sequence[str]]) -> np.ndarray:
+        """Token ids ``[batch, seq]`` (int64) of a text or a list of texts:
+        ``[CLS] … [SEP]``, truncated to the model's context, padded with the
+        model's pad id to the longest."""
+        ids: np.ndarray = self.tokenizer.encode(self._texts(text))[0]
+        return ids
+
+    def to_str_tokens(self, text: Union[str, Sequence[str]]) -> Union[List[str], List[List[str]]]:
+        """The pieces of a text (a list of str), or of each of a list of texts."""
+        pieces: List[List[str]] = self.tokenizer.encode(self._texts(text))[1]
+        return pieces[0] if isinstance(text, str) else pieces
+
+    def _ids(self, inputs: TextOrIds) -> ArrayLike:
+        if isinstance(inputs, str):
+            return self.to_tokens(inputs)
+        if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, str) for t in inputs):
+            return self.to_tokens(inputs)
+        return inputs
+
+    def run_with_cache(
+        self,
+        inputs: TextOrIds,
+        names_filter: Union[None, str, Sequence[str], Callable[[str], bool]] = None,
+        targets: Optional[ArrayLike] = None,
+        *,
+        names: Optional[Sequence[str]] = None,
+    ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        """``Model.run_with_cache`` on a text, a list of texts or token ids. The
+        output is the last block's output ``[batch, pos, d_model]``."""
+        return super().run_with_cache(self._ids(inputs), names_filter, targets, names=names)
+
+    def run_with_hooks(self, inputs: TextOrIds, hooks: Sequence[Any], targets: Optional[ArrayLike] = None) -> np.ndarray:
+        """``Model.run_with_hooks`` on a text, a list of texts or token ids."""
+        return super().run_with_hooks(self._ids(inputs), hooks, targets)

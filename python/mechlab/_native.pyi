@@ -22,6 +22,8 @@ __all__ = [
     "reproduce",
     "Model",
     "load_model",
+    "Tokenizer",
+    "load_pretrained",
 ]
 
 __version__: str
@@ -82,3 +84,13 @@ class Model:
     ) -> np.ndarray: ...
 
 def load_model(dir: _PathLike, step: Optional[int] = None) -> Model: ...
+
+@final
+class Tokenizer:
+    pad_token_id: int
+    vocab_size: int
+    n_ctx: int
+    def encode(self, texts: List[str]) -> Tuple[np.ndarray, List[List[str]]]: ...
+    def id_to_token(self, id: int) -> Optional[str]: ...
+
+def load_pretrained(path: str) -> Tuple[Model, Tokenizer, str]: ...

@@ -29,6 +29,12 @@ pub struct Model {
     f32: bool,
 }
 
+impl Model {
+    pub fn new(inner: Mutex<Box<dyn HookedModel + Send>>, step: u64, f32: bool) -> Self {
+        Model { inner, step, f32 }
+    }
+}
+
 fn hook_err(py: Python<'_>, e: &HookError) -> PyErr {
     errors::raise(py, Kind::Hook, e.to_string())
 }
