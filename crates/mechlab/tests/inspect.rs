@@ -17,6 +17,10 @@ use mechlab_engine::Parameters;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+#[path = "support/viewer.rs"]
+mod viewer;
+use viewer::viewer_matches_activations;
+
 fn train(experiment: &str, preset: &str, overrides: &[&str], dir: &Path) -> PathBuf {
     let exp = mechlab::experiment::find(experiment).unwrap();
     let mut t = exp.default_config();
@@ -82,6 +86,9 @@ fn induction_runs_load_as_their_trained_models() {
             over.push("train.lr=1.0");
         }
         let run = train("induction", preset, &over, tmp.path());
+        // The report's viewers: the three copier heads, and the classifier's query.
+        assert_eq!(viewer_matches_activations(&run, "attention"), 3);
+        assert_eq!(viewer_matches_activations(&run, "attention_l2"), 1);
         let mut loaded = load_model(&run, None).unwrap();
         let (y, _) = loaded.run_with_cache(&batch, &[]).unwrap();
         let (mut fused, mut fresh) = (vec![0.0; n * 3], vec![0.0; n * 3]);
@@ -126,6 +133,7 @@ fn selection_run_loads_with_the_vocabulary_of_its_checkpoint() {
         &["synthetic.n_train=128", "synthetic.n_test=64"],
         tmp.path(),
     );
+    assert_eq!(viewer_matches_activations(&run, "attention"), 1);
     let mut loaded = load_model(&run, None).unwrap();
     // the preset's vocabulary: 4 + 4 + 24 tokens, d_model 64
     let data = Arc::new(SeqData {
@@ -184,6 +192,8 @@ fn topic_run_loads_in_f32_and_matches_the_fused_loss() {
         ],
         tmp.path(),
     );
+    // f32 weights, widened exactly into the file and the viewer alike.
+    assert_eq!(viewer_matches_activations(&run, "attention"), 1);
     let mut loaded = load_model(&run, None).unwrap();
     let cfg_text = std::fs::read_to_string(run.join("config.toml")).unwrap();
     assert!(

@@ -16,6 +16,10 @@ use mechlab::papers::markov_icl::IclModel;
 use mechlab::rng::{stream, Stream};
 use mechlab::run::summary::{Summary, Verdict};
 
+#[path = "support/viewer.rs"]
+mod viewer;
+use viewer::viewer_matches_activations;
+
 fn run_short(overrides: &[&str]) -> Summary {
     run_preset("markov-icl-bigram", overrides)
 }
@@ -54,6 +58,8 @@ fn run_preset_logged(
         mechlab::run::RunCtx::create(&dir.path().join("run"), table, "test", true).unwrap();
     let summary = prepared.run(&mut ctx).unwrap();
     ctx.finish(&summary).unwrap();
+    // The report's viewer shows every head of both layers, as recorded.
+    assert!(viewer_matches_activations(&dir.path().join("run"), "attention") >= 2);
     let records = ctx.records().unwrap();
     (summary, records)
 }

@@ -6,6 +6,10 @@
 use mechlab::run::RunCtx;
 use std::path::{Path, PathBuf};
 
+#[path = "support/viewer.rs"]
+mod viewer;
+use viewer::viewer_matches_activations;
+
 fn model_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models/all-MiniLM-L6-v2")
 }
@@ -60,6 +64,8 @@ fn shortened_run_and_a_bad_model_folder() {
     );
     assert!(g > 0.0 && c.abs() < 0.25 * g, "gap {g}, control {c}");
     assert!(s.metrics["lda_attention_gap_layer0"].is_finite());
+    // Every head of the six layers, in the viewer and in the activation file alike.
+    assert_eq!(viewer_matches_activations(&dir, "attention"), 72);
     for f in [
         "attention_gap_lda",
         "attention_gap_gold_shuffled",
