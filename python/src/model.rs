@@ -11,6 +11,7 @@
 use crate::errors::{self, Kind};
 use crate::files::run_folder;
 use mechlab::inspect::LoadError;
+use mechlab::pretrained::PretrainedError;
 use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyReadonlyArray2, PyReadonlyArrayDyn};
@@ -196,22 +197,41 @@ impl Model {
     }
 }
 
-/// Loads the model of run `dir` at checkpoint `step` (the latest when `None`).
+/// Loads the model of run `dir` at checkpoint `step` (the latest when `None`);
+/// a `topic-bert` run's model is its pretrained encoder, at step 0.
 #[pyfunction]
 #[pyo3(signature = (dir, step=None))]
 pub fn load_model(py: Python<'_>, dir: PathBuf, step: Option<u64>) -> PyResult<Model> {
     let dir = run_folder(py, &dir)?;
-    let (_, at) = crate::files::resolve_step(py, &dir, step)?;
+    let config = std::fs::read_to_string(dir.join("config.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok());
+    let experiment = config
+        .as_ref()
+        .and_then(|c| c.get("experiment")?.as_str())
+        .unwrap_or_default();
+    let at = if experiment == "topic-bert" {
+        step.unwrap_or(0)
+    } else {
+        crate::files::resolve_step(py, &dir, step)?.1
+    };
     let m = py
         .detach(|| mechlab::inspect::load_model(&dir, Some(at)))
         .map_err(|e| match &e {
-            LoadError::Config(c) => errors::config(py, c),
-            _ => errors::raise(py, Kind::Checkpoint, e.to_string()),
+            LoadError::Config(c) | LoadError::Pretrained(PretrainedError::Path(c)) => {
+                errors::config(py, c)
+            }
+            LoadError::Checkpoint(_) | LoadError::NoStep { .. } => {
+                errors::raise(py, Kind::Checkpoint, e.to_string())
+            }
+            // A run inspect cannot rebuild, or a broken model folder: not a checkpoint's fault.
+            LoadError::Unsupported { .. } | LoadError::Pretrained(_) => {
+                errors::raise(py, Kind::Mechlab, e.to_string())
+            }
         })?;
     // The dtype the run trains in; a config that does not say is f64.
-    let f32 = std::fs::read_to_string(dir.join("config.toml"))
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok())
+    let f32 = config
+        .as_ref()
         .and_then(|c| c.get("model")?.get("dtype")?.as_str().map(|d| d == "f32"))
         .unwrap_or(false);
     Ok(Model {

@@ -100,3 +100,11 @@ def test_model_of_a_corrupt_checkpoint(induction_run, tmp_path):
     ck.write_bytes(ck.read_bytes()[:64])
     with pytest.raises(mechlab.CheckpointError, match="step_000050.safetensors"):
         mechlab.load(copy).model()
+
+
+def test_a_run_inspect_cannot_rebuild_is_not_a_checkpoint_error(tmp_path):
+    # attention-svm models read embeddings, not token ids: no hooked model yet.
+    r = mechlab.run("attention-svm-w", out=tmp_path / "svm")
+    with pytest.raises(mechlab.MechlabError, match="inspect loads induction, markov-icl") as e:
+        r.model()
+    assert not isinstance(e.value, mechlab.CheckpointError)

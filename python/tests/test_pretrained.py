@@ -103,3 +103,26 @@ def test_errors_name_the_path_the_argument_and_the_hook(bert: mechlab.Pretrained
     with pytest.raises(mechlab.HookError, match="blocks.0.attn.hook_pattern"):
         bert.run_with_cache("x", "blocks.0.attn.hook_patern")
     assert repr(bert).startswith("Pretrained(") and "all-MiniLM-L6-v2" in repr(bert)
+
+
+def test_a_topic_bert_runs_model_is_its_pretrained_encoder(tmp_path: Path, bert: mechlab.Pretrained) -> None:
+    # topic-bert trains nothing: Run.model() is the encoder at its model.path, step 0.
+    short = {
+        "wiki.n_words": 600,
+        "wiki.lda_iterations": 30,
+        "wiki.lda_burn_in": 15,
+        "wiki.n_dev": 300,
+        "probe.docs": 24,
+        "probe.random_pairs": 2000,
+        "probe.sentences": 1,
+        "model.path": str(MODEL),
+    }
+    r = mechlab.run("topic-bert", overrides=short, out=tmp_path / "tb")
+    m = r.model()
+    assert m.step == 0
+    ids = bert.to_tokens(["Jazz is a music genre.", "The Roman Empire"])
+    a, _ = m.run_with_cache(ids, names_filter=[])
+    b, _ = bert.run_with_cache(ids, names_filter=[])
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(mechlab.CheckpointError, match=r"no checkpoint for step 5 \(this run has steps \[0\]\)"):
+        r.model(step=5)

@@ -13,6 +13,8 @@
 //! - **topic on LDA documents**: the vocabulary and the topic of each token (the
 //!   frozen block value matrix) come from the run's `[data]` generator config,
 //!   exactly as training built them.
+//! - **topic-bert**: the pretrained encoder at the run's `model.path` (the run
+//!   trains nothing and has no checkpoints; its only step is 0).
 //! - **topic on Wikipedia** (`wiki.enabled`): the vocabulary size is the first
 //!   axis of `embed.W_E` when embeddings are trained, else (`d_model = d_vocab`)
 //!   of any stored parameter; `model.value = "blocks"` is refused, since its
@@ -41,6 +43,8 @@ use crate::papers::selection::SelectionConfig;
 use crate::papers::topic::data::LdaModel;
 use crate::papers::topic::model::{TopicMlm, ValueKind};
 use crate::papers::topic::TopicConfig;
+use crate::papers::topic_bert::TopicBertConfig;
+use crate::pretrained::{Pretrained, PretrainedError};
 use crate::run::checkpoint::{self, CheckpointError, Loaded};
 use mechlab_engine::hooks::HookedModel;
 use mechlab_engine::{Float, Parameters};
@@ -64,6 +68,9 @@ pub enum LoadError {
         step: u64,
         available: Vec<u64>,
     },
+    /// A `topic-bert` run's pretrained encoder could not be loaded.
+    #[error(transparent)]
+    Pretrained(#[from] PretrainedError),
     /// The config or checkpoint describes a model this loader cannot rebuild.
     #[error("{file}: {reason}")]
     Unsupported { file: String, reason: String },
@@ -75,12 +82,15 @@ pub fn load_model(run_dir: &Path, step: Option<u64>) -> Result<Model, LoadError>
     let cfg_path = run_dir.join("config.toml");
     let file = cfg_path.display().to_string();
     let table = config::read_file(&cfg_path)?;
-    let ckpt = checkpoint_path(run_dir, step)?;
     let experiment = table
         .get("experiment")
         .and_then(|v| v.as_str())
         .unwrap_or_default()
         .to_string();
+    if experiment == "topic-bert" {
+        return pretrained_of(&table, &file, step);
+    }
+    let ckpt = checkpoint_path(run_dir, step)?;
     let dtype = |d: &Dtype| match d {
         Dtype::F64x2 => Err(unsupported(
             &file,
@@ -131,9 +141,28 @@ pub fn load_model(run_dir: &Path, step: Option<u64>) -> Result<Model, LoadError>
         }
         other => Err(unsupported(
             &file,
-            format!("experiment = `{other}`: expected induction, markov-icl, selection or topic"),
+            format!(
+                "experiment = `{other}`: inspect loads induction, markov-icl, selection, topic \
+                 and topic-bert runs"
+            ),
         )),
     }
+}
+
+/// A `topic-bert` run trains nothing: its model is the pretrained encoder at
+/// its `model.path`, at "step" 0.
+fn pretrained_of(table: &toml::Table, file: &str, step: Option<u64>) -> Built {
+    if let Some(s) = step.filter(|&s| s != 0) {
+        return Err(LoadError::NoStep {
+            path: format!("{file}: model.path"),
+            step: s,
+            available: vec![0],
+        });
+    }
+    let cfg: TopicBertConfig = config::typed(table, file)?;
+    let key = format!("{file}: model.path");
+    let p = Pretrained::load_at(&cfg.model.path, &key)?;
+    Ok(Box::new(p.model))
 }
 
 /// The checkpoint file of `step`, or the latest.

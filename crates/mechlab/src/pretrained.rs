@@ -58,7 +58,12 @@ pub struct Tokenizer {
 impl Pretrained {
     /// Loads the model and tokenizer of folder `path` (see [`model_dir`]).
     pub fn load(path: &str) -> Result<Self, PretrainedError> {
-        let dir = model_dir(path, "model")?;
+        Self::load_at(path, "model")
+    }
+
+    /// [`Pretrained::load`], naming the setting `path` came from (`key`) in errors.
+    pub fn load_at(path: &str, key: &str) -> Result<Self, PretrainedError> {
+        let dir = model_dir(path, key)?;
         let model = Bert::load(&dir)?;
         let tokenizer = Tokenizer {
             pieces: PretrainedTokenizer::from_dir(&dir)?,

@@ -66,6 +66,20 @@ fn shortened_run_and_a_bad_model_folder() {
     assert!(s.metrics["lda_attention_gap_layer0"].is_finite());
     // Every head of the six layers, in the viewer and in the activation file alike.
     assert_eq!(viewer_matches_activations(&dir, "attention"), 72);
+    // Inspecting the run gives the pretrained encoder it read (it trains nothing: step 0 only).
+    let mut loaded = mechlab::inspect::load_model(&dir, None).unwrap();
+    let p = mechlab::pretrained::Pretrained::load(&model_dir().display().to_string()).unwrap();
+    let (batch, _) = p.encode(&["Jazz is a music genre."]).unwrap();
+    let mut fresh = p.model;
+    use mechlab_engine::hooks::HookedModel;
+    assert_eq!(
+        loaded.run_with_cache(&batch, &[]).unwrap().0.data,
+        fresh.run_with_cache(&batch, &[]).unwrap().0.data
+    );
+    assert!(matches!(
+        mechlab::inspect::load_model(&dir, Some(3)),
+        Err(mechlab::inspect::LoadError::NoStep { step: 3, .. })
+    ));
     for f in [
         "attention_gap_lda",
         "attention_gap_gold_shuffled",
