@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod model;
 pub mod probes;
 pub mod reviews;
+mod viewer;
 
 use crate::config;
 use crate::config::presets::Preset;
@@ -25,7 +26,7 @@ use crate::papers::selection::model::{ModelConfig, SelectionModel};
 use crate::papers::selection::probes::{self as pr, one_step_check, vals};
 use crate::rng::{stream, Stream};
 use crate::run::summary::Summary;
-use crate::run::{metrics, Activation, RunConfig, RunCtx, RunError};
+use crate::run::{metrics, RunConfig, RunCtx, RunError};
 use crate::train::config::StageConfig;
 use crate::train::{fit, OptimizerKind, TrainConfig};
 use mechlab_engine::{F64x2, Float};
@@ -323,14 +324,6 @@ fn run_typed<T: Float>(
     let ep = pr::project(&e, d, &vals(model.p.value()));
     let (pattern, _) = model.attend(&test);
     let pattern = vals(&pattern);
-    // The cls query's attention over the first test sequences, in TransformerLens's
-    // [batch, head, query_pos, key_pos] layout (one head, one query).
-    let n_rec = test.n.min(64);
-    ctx.record_activations(&[Activation {
-        name: "blocks.0.attn.hook_pattern".into(),
-        shape: vec![n_rec, 1, 1, test.n_ctx],
-        data: pattern[..n_rec * test.n_ctx].to_vec(),
-    }])?;
     let points = pr::u_shape(&train, &ep, cfg.probe.min_count);
     let (left, middle, right) = pr::u_ends(&points, cfg.probe.edge, cfg.probe.middle);
     let top = pr::most_selected(&test, &pattern, cfg.probe.top_words);
@@ -343,24 +336,9 @@ fn run_typed<T: Float>(
     };
 
     // --- figures ---
-    // The ⟨cls⟩ query's attention over the shortest recorded test sequence.
-    let k = (0..n_rec).min_by_key(|&k| test.lens[k]).unwrap_or(0);
-    let len = test.lens[k] as usize;
-    ctx.figure(
-        &Figure::attention(
-            "attention",
-            &format!(
-                "⟨cls⟩ attention on test sequence {k} (label {:+})",
-                test.y[k]
-            ),
-            test.tokens(k).iter().map(|&t| word(t)).collect(),
-            vec![mechlab_report::AttentionHead::of_layer(0, 0)],
-            pattern[k * test.n_ctx..k * test.n_ctx + len].to_vec(),
-        )
-        .with_queries(vec!["⟨cls⟩".into()])
-        .with_source("activations.safetensors", k)
-        .caption("Shading is the ⟨cls⟩ query's weight on each token: a trained model selects the label-predictive tokens."),
-    )?;
+    let (act, viewer) = viewer::cls_attention(&test, &pattern, word);
+    ctx.record_activations(&[act])?;
+    ctx.figure(&viewer)?;
     let group = |a: f64| {
         if a > 0.0 {
             "positive"
