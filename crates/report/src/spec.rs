@@ -97,6 +97,16 @@ pub enum Plot {
     },
 }
 
+/// An attention viewer's queries: `query_tokens` when it names them, else the
+/// tokens themselves (self-attention).
+pub fn attention_queries<'a>(tokens: &'a [String], query_tokens: &'a [String]) -> &'a [String] {
+    if query_tokens.is_empty() {
+        tokens
+    } else {
+        query_tokens
+    }
+}
+
 /// One head of an attention viewer: its label and where it lives.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct AttentionHead {
@@ -349,13 +359,9 @@ impl Figure {
         else {
             return std::borrow::Cow::Borrowed(self);
         };
-        let queries = if query_tokens.is_empty() {
-            tokens
-        } else {
-            query_tokens
-        };
+        let queries = attention_queries(tokens, query_tokens);
         let (nq, nk) = (queries.len(), tokens.len());
-        let tick = |v: &Vec<String>| {
+        let tick = |v: &[String]| {
             v.iter()
                 .enumerate()
                 .map(|(i, t)| format!("{i}:{t}"))

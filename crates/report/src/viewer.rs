@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::html::{esc, inline};
-use crate::spec::{AttentionHead, AttentionSource, Figure, Plot};
+use crate::spec::{attention_queries, AttentionHead, AttentionSource, Figure, Plot};
 
 /// What the script reads: the figure's data with the queries spelled out.
 #[derive(Serialize)]
@@ -47,11 +47,7 @@ pub(crate) fn check(fig: &Figure) -> Result<(), String> {
     else {
         return Ok(());
     };
-    let nq = if query_tokens.is_empty() {
-        tokens.len()
-    } else {
-        query_tokens.len()
-    };
+    let nq = attention_queries(tokens, query_tokens).len();
     let want = heads.len() * nq * tokens.len();
     if tokens.is_empty() || heads.is_empty() {
         return Err(format!(

@@ -26,11 +26,7 @@ pub fn viewer_matches_activations(run: &Path, id: &str) -> usize {
     let bytes = std::fs::read(run.join(&src.file)).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let nk = tokens.len();
-    let nq = if query_tokens.is_empty() {
-        nk
-    } else {
-        query_tokens.len()
-    };
+    let nq = mechlab_report::spec::attention_queries(&tokens, &query_tokens).len();
     assert_eq!(pattern.len(), heads.len() * nq * nk, "{id}");
     for (i, h) in heads.iter().enumerate() {
         let t = st
