@@ -259,7 +259,26 @@ impl HookedModel for Bert {
     }
 
     fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
+        Ok(self.run_with_hooks_and_cache(batch, hooks, &[])?.0)
+    }
+}
+
+impl Bert {
+    /// One forward with `hooks` applied (as [`HookedModel::run_with_hooks`]) that
+    /// also records `names` (as [`HookedModel::run_with_cache`]), each recorded
+    /// after the hooks that act on it: what an ablation does downstream.
+    pub fn run_with_hooks_and_cache(
+        &mut self,
+        batch: &Batch,
+        hooks: &[Hook],
+        names: &[&str],
+    ) -> Result<(Tensor, ActivationCache), HookError> {
+        check_names(&self.hook_points(), names)?;
         self.check_batch(batch)?;
+        let wanted = names
+            .iter()
+            .map(|n| self.site_of(n))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut sites = Vec::with_capacity(hooks.len());
         for h in hooks {
             let s = self.site_of(&h.name)?;
@@ -289,6 +308,8 @@ impl HookedModel for Bert {
             resolved[i].ablation = Ablation::Patch(Tensor::new(act.shape.clone(), data));
         }
         let all: Vec<(Site, &Hook)> = sites.iter().copied().zip(resolved.iter()).collect();
-        Ok(self.forward_batch(batch, &all, &[]).0)
+        let (out, tensors) = self.forward_batch(batch, &all, &wanted);
+        let cache = names.iter().map(|n| n.to_string()).zip(tensors).collect();
+        Ok((out, cache))
     }
 }
