@@ -113,19 +113,19 @@ enum Cmd {
         #[arg(long)]
         step: Option<u64>,
     },
-    /// Ablate and patch a trained run's layer-1 heads on its validation data
-    /// (induction runs): intervene.json, figures and a report section.
+    /// A trained run's causal questions, each beside a control, on the run's own
+    /// evaluation data (every paper): intervene.json, figures and a report section.
     Intervene {
         run: PathBuf,
         /// Checkpoint step (default: the latest).
         #[arg(long)]
         step: Option<u64>,
-        /// Ablation kind: zero, mean or resample (repeatable; default all three
-        /// when --patch is not given).
+        /// Induction runs: each head's ablation table, kind zero, mean or resample
+        /// (repeatable; default all three when --patch is not given).
         #[arg(long, value_name = "KIND")]
         ablate: Vec<String>,
-        /// Patch each head's output at each position from clean into
-        /// parent-corrupted sequences.
+        /// Induction runs: patch each head's output at each position from clean
+        /// into parent-corrupted sequences.
         #[arg(long)]
         patch: bool,
     },
@@ -294,12 +294,23 @@ where
             ablate,
             patch,
         } => {
-            let req = commands::intervene::Request {
+            let req = crate::analysis::Request {
                 step,
                 ablate,
                 patch,
             };
-            commands::intervene::run(&run, &req)?;
+            let out = commands::intervene::run(&run, &req)?;
+            for e in out["effects"].as_array().into_iter().flatten() {
+                let num = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "{}: {} clean {:.4}, intervention {:.4}, control {:.4}",
+                    e["id"].as_str().unwrap_or(""),
+                    e["metric"].as_str().unwrap_or(""),
+                    num("clean"),
+                    num("intervened"),
+                    num("control")
+                );
+            }
             println!("interventions: {}", run.join("intervene.json").display());
             println!("report: {}", run.join("report.html").display());
         }

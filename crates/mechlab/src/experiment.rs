@@ -19,6 +19,7 @@
 //! assert!(mechlab::experiment::find_preset("topic-value").is_some());
 //! ```
 
+use crate::analysis::{InterveneError, Interventions, LoadError, Model, Request, RunDir};
 use crate::config::presets::Preset;
 use crate::config::{self, ConfigError};
 use crate::run::checkpoint::CheckpointError;
@@ -57,6 +58,20 @@ pub enum Dtype {
     F64x2,
 }
 
+impl Dtype {
+    /// Whether a run in this dtype loads for analysis as f32 (`true`) or f64;
+    /// a double-double run is refused with the reason.
+    pub fn analysis_f32(self, run: &RunDir) -> Result<bool, LoadError> {
+        match self {
+            Dtype::F64x2 => Err(run.unsupported(
+                "model.dtype = \"f64x2\": a double-double run is a precision check; inspect and \
+                 intervene load f32 and f64 runs (rerun it in f64 to analyse it)",
+            )),
+            d => Ok(d == Dtype::F32),
+        }
+    }
+}
+
 /// A paper, as its author writes it: typed config in, summary out.
 pub trait Paper: Sync + Send + 'static {
     /// The whole config: every key with its default, `#[serde(deny_unknown_fields)]`.
@@ -81,6 +96,39 @@ pub trait Paper: Sync + Send + 'static {
     fn reproduce(&self) -> Vec<ReproduceItem> {
         Vec::new()
     }
+
+    // --- the analysis half (crate::analysis): optional, but inspect, intervene
+    // and Python's `Run.model()` only reach a paper through it ---
+
+    /// The run's model with the parameters of checkpoint `step` (the latest when
+    /// `None`), as a hooked model, built without reading the training data.
+    fn load(
+        &self,
+        cfg: &Self::Config,
+        run: &RunDir,
+        step: Option<u64>,
+    ) -> Result<Model, LoadError> {
+        let _ = (cfg, step);
+        Err(run.unsupported(format!(
+            "experiment = `{}` has no analysis half (its Paper impl does not define `load`)",
+            Paper::name(self)
+        )))
+    }
+    /// The paper's causal questions on the run's own evaluation data, each with
+    /// a control.
+    fn intervene(
+        &self,
+        cfg: &Self::Config,
+        run: &RunDir,
+        req: &Request,
+    ) -> Result<Interventions, InterveneError> {
+        let _ = (cfg, req);
+        Err(InterveneError::Invalid(format!(
+            "{}: experiment = `{}` defines no interventions (its Paper impl has no `intervene`)",
+            run.file,
+            Paper::name(self)
+        )))
+    }
 }
 
 /// A paper seen through the registry: the same, with the config erased to a TOML
@@ -96,6 +144,20 @@ pub trait Experiment: Sync + Send {
     /// Parses the resolved table into the typed config and validates it: the only
     /// place a config is parsed. `file` names the source in errors.
     fn prepare(&'static self, table: &toml::Table, file: &str) -> Result<Prepared, ConfigError>;
+    /// [`Paper::load`] on the run's config table.
+    fn load(
+        &self,
+        table: &toml::Table,
+        run: &RunDir,
+        step: Option<u64>,
+    ) -> Result<Model, LoadError>;
+    /// [`Paper::intervene`] on the run's config table.
+    fn intervene(
+        &self,
+        table: &toml::Table,
+        run: &RunDir,
+        req: &Request,
+    ) -> Result<Interventions, InterveneError>;
 }
 
 /// The run of one typed config, with the config captured.
@@ -143,6 +205,24 @@ impl<P: Paper> Experiment for P {
         Ok(Prepared {
             run: Box::new(move |ctx| Paper::run(self, &cfg, ctx)),
         })
+    }
+    fn load(
+        &self,
+        table: &toml::Table,
+        run: &RunDir,
+        step: Option<u64>,
+    ) -> Result<Model, LoadError> {
+        let cfg: P::Config = config::typed(table, &run.file)?;
+        Paper::load(self, &cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        table: &toml::Table,
+        run: &RunDir,
+        req: &Request,
+    ) -> Result<Interventions, InterveneError> {
+        let cfg: P::Config = config::typed(table, &run.file)?;
+        Paper::intervene(self, &cfg, run, req)
     }
 }
 

@@ -22,6 +22,7 @@
 //! assert_eq!(registry.find("induction").map(|e| e.name()), Some("induction"));
 //! ```
 
+pub mod analysis;
 pub mod cli;
 pub mod commands;
 pub mod config;

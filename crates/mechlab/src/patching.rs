@@ -380,6 +380,37 @@ pub fn mean_diff(y: &Tensor, correct: &[usize], wrong: &[usize]) -> f64 {
         / n
 }
 
+/// `pattern` (`[batch, head, query_pos, key_pos]`) with, in every row, the
+/// weights on the keys `drop(b, q)` set to zero and the row renormalised over the
+/// keys left: attention moved off chosen keys, the rest of its profile kept. A
+/// row with no weight left keeps its weights.
+pub fn drop_keys(pattern: &Tensor, drop: impl Fn(usize, usize) -> Vec<usize>) -> Tensor {
+    let (h, q, k) = (pattern.shape[1], pattern.shape[2], pattern.shape[3]);
+    let mut out = pattern.clone();
+    for (r, row) in out.data.chunks_mut(k).enumerate() {
+        let keys = drop(r / (h * q), r % q);
+        let removed: f64 = keys.iter().map(|&j| row[j]).sum();
+        let left = row.iter().sum::<f64>() - removed;
+        if keys.is_empty() || left <= 0.0 {
+            continue;
+        }
+        for &j in &keys {
+            row[j] = 0.0;
+        }
+        row.iter_mut().for_each(|x| *x /= left);
+    }
+    out
+}
+
+/// `n` of `candidates` picked by a fixed hash of `(salt, key)` (deterministic,
+/// no random stream consumed): the control keys of a [`drop_keys`] intervention.
+pub fn control_keys(mut candidates: Vec<usize>, n: usize, salt: usize) -> Vec<usize> {
+    let hash = |j: usize| ((salt * 7919 + j) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    candidates.sort_by_key(|&j| hash(j));
+    candidates.truncate(n);
+    candidates
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,5 +434,17 @@ mod tests {
             (mean_nll(&y, &[1, 0], 1e-8) - (-(0.75f64.ln()) - 0.5f64.ln()) / 2.0).abs() < 1e-15
         );
         assert_eq!(mean_diff(&y, &[1, 0], &[0, 1]), 0.25);
+    }
+
+    #[test]
+    fn dropped_keys_leave_the_rest_renormalised() {
+        // [1, 1, 2, 3]: row 0 drops key 1, row 1 drops every key (kept as is).
+        let p = Tensor::new(vec![1, 1, 2, 3], vec![0.5, 0.25, 0.25, 0.2, 0.3, 0.5]);
+        let out = super::drop_keys(&p, |_, q| if q == 0 { vec![1] } else { vec![0, 1, 2] });
+        assert_eq!(out.data[..3], [0.5 / 0.75, 0.0, 0.25 / 0.75]);
+        assert_eq!(out.data[3..], p.data[3..]);
+        let c = super::control_keys(vec![4, 5, 6, 7], 2, 3);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c, super::control_keys(vec![7, 6, 5, 4], 2, 3), "order-free");
     }
 }

@@ -140,6 +140,16 @@ fn intervene_writes_json_figures_and_a_report_section() {
         zero.iter().any(|x| x.as_f64().unwrap() != clean),
         "an ablation changes the loss"
     );
+    // The copiers of the true parents, mean-ablated together, against as many
+    // heads on other distances.
+    let e = &v["effects"][0];
+    assert_eq!(e["id"], "ablate-parent-copiers");
+    let num = |k: &str| e[k].as_f64().unwrap();
+    let (hit, control) = (
+        num("intervened") - num("clean"),
+        num("control") - num("clean"),
+    );
+    assert!(hit > 0.0 && control <= 0.25 * hit, "{e}");
     let eff = v["patching"]["effect"].as_array().unwrap();
     assert_eq!((eff.len(), eff[0].as_array().unwrap().len()), (3, 21));
     for f in ["intervene_ablation", "intervene_patching"] {

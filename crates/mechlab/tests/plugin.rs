@@ -4,7 +4,9 @@
 //! as a downstream crate would) plugs in with one [`Paper`] impl and one
 //! `Registry::with` line, and then `run`, `resume`, `report`, `sweep` and
 //! `reproduce` work for it unchanged, through the same CLI entry point the
-//! `mechlab` binary uses.
+//! `mechlab` binary uses. With the analysis half (`Paper::load`, a hooked
+//! model, and `Paper::intervene`), `inspect::load_model` and `mechlab intervene`
+//! work for it too.
 //!
 //! The toy paper's claim: gradient descent on the squared loss
 //! `½ mean (x_i − μ)²` drives `μ` to the sample mean. Small, but it uses every
@@ -12,12 +14,19 @@
 //! seeded data stream, a model with a named parameter, the generic trainer with
 //! its probes, checkpoints, a figure and a verdict.
 
+use mechlab::analysis::{
+    restore, Effect, InterveneError, Interventions, LoadError, Model, Request, RunDir,
+};
 use mechlab::config::presets::Preset;
 use mechlab::experiment::{ExperimentError, Paper, Registry, ReproduceItem};
+use mechlab::intervene::{Axes, Site};
 use mechlab::rng::{stream, Stream};
 use mechlab::run::summary::Summary;
 use mechlab::run::{RunConfig, RunCtx};
 use mechlab::train::{fit, TrainConfig, Trainable};
+use mechlab_engine::hooks::{
+    Ablation, ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
+};
 use mechlab_engine::{param, Param, Parameters};
 use mechlab_report::{Figure, Series};
 use rand::Rng;
@@ -111,6 +120,63 @@ impl Trainable<f64> for MeanModel {
     }
 }
 
+// --- 2b. the model for analysis: named hook points (TransformerLens-style) ---
+
+/// The model's prediction for each sample of a batch (the ids index the samples):
+/// `μ`, at the hook point `hook_mu` `[batch, d_model]` (d_model = 1).
+impl HookedModel for MeanModel {
+    fn hook_points(&self) -> Vec<HookPoint> {
+        vec![HookPoint::new(
+            "hook_mu",
+            "[batch, d_model]",
+            "the prediction μ",
+        )]
+    }
+    fn output_layout(&self) -> String {
+        "[batch]".into()
+    }
+    fn run_with_cache(
+        &mut self,
+        batch: &Batch,
+        names: &[&str],
+    ) -> Result<(Tensor, ActivationCache), HookError> {
+        let points = self.hook_points();
+        let mut site = Site::new(&points, names, &[])?;
+        let y = self.forward(batch, &mut site)?;
+        Ok((y, site.finish()?))
+    }
+    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
+        let points = self.hook_points();
+        let mut site = Site::new(&points, &[], hooks)?;
+        let y = self.forward(batch, &mut site)?;
+        site.finish()?;
+        Ok(y)
+    }
+}
+
+impl MeanModel {
+    fn forward(&self, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookError> {
+        let mut mu = Tensor::new(vec![batch.batch, 1], vec![self.mu.value()[0]; batch.batch]);
+        site.visit("hook_mu", &mut mu, Axes::default())?;
+        Ok(Tensor::new(vec![batch.batch], mu.data))
+    }
+}
+
+/// The samples, from the seed's data stream.
+fn samples(cfg: &MeanConfig, seed: u64) -> Vec<f64> {
+    let mut rng = stream(seed, Stream::Data);
+    (0..cfg.data.n)
+        .map(|_| {
+            let u: f64 = rng.random_range(-1.0..1.0);
+            cfg.data.center
+                + match cfg.data.noise {
+                    Noise::Uniform => u,
+                    Noise::Spiky => u.powi(7) * 10.0,
+                }
+        })
+        .collect()
+}
+
 // --- 3. the paper: presets, value checks, run (data, model, probes, figure, verdict) ---
 
 struct MeanPaper;
@@ -138,17 +204,7 @@ impl Paper for MeanPaper {
         Ok(())
     }
     fn run(&self, cfg: &MeanConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
-        let mut rng = stream(ctx.seed(), Stream::Data);
-        let xs: Vec<f64> = (0..cfg.data.n)
-            .map(|_| {
-                let u: f64 = rng.random_range(-1.0..1.0);
-                cfg.data.center
-                    + match cfg.data.noise {
-                        Noise::Uniform => u,
-                        Noise::Spiky => u.powi(7) * 10.0,
-                    }
-            })
-            .collect();
+        let xs = samples(cfg, cfg.seed);
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
         let mut model = MeanModel {
             mu: param("mu", "mu", &[1], vec![0.0]),
@@ -180,6 +236,54 @@ impl Paper for MeanPaper {
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![ReproduceItem::new("mean-demo", &[])]
+    }
+
+    // --- 3b. the analysis half: the model at a checkpoint, and its interventions ---
+
+    fn load(&self, cfg: &MeanConfig, run: &RunDir, step: Option<u64>) -> Result<Model, LoadError> {
+        let model = MeanModel {
+            mu: param("mu", "mu", &[1], vec![0.0]),
+            xs: samples(cfg, cfg.seed),
+        };
+        restore(model, &run.read::<f64>(step)?)
+    }
+    fn intervene(
+        &self,
+        cfg: &MeanConfig,
+        run: &RunDir,
+        req: &Request,
+    ) -> Result<Interventions, InterveneError> {
+        req.fixed_suite("mean", "μ zeroed, against μ mean-ablated")?;
+        let mut m = self.load(cfg, run, req.step)?;
+        let xs = samples(cfg, cfg.seed);
+        let batch = Batch::new((0..xs.len() as u32).collect(), xs.len(), 1);
+        let loss = |y: &Tensor| {
+            y.data
+                .iter()
+                .zip(&xs)
+                .map(|(f, x)| 0.5 * (x - f).powi(2))
+                .sum::<f64>()
+                / xs.len() as f64
+        };
+        let with = |a: Ablation| Hook {
+            name: "hook_mu".into(),
+            ablation: a,
+            heads: None,
+            positions: None,
+        };
+        let clean = loss(&m.run_with_hooks(&batch, &[])?);
+        let zero = loss(&m.run_with_hooks(&batch, &[with(Ablation::Zero)])?);
+        // μ is one number for every sample, so its batch mean is itself.
+        let mean = loss(&m.run_with_hooks(&batch, &[with(Ablation::Mean)])?);
+        Ok(Interventions {
+            data: format!("the run's {} samples", xs.len()),
+            effects: vec![
+                Effect::new("zero-mu", "does the fit rest on μ?", "mean squared loss")
+                    .values(clean, zero, mean)
+                    .labels("μ zeroed", "μ mean-ablated over the batch"),
+            ],
+            ..Interventions::default()
+        })
     }
 }
 
@@ -291,6 +395,41 @@ fn a_paper_from_another_crate_runs_through_every_command() {
         combined.contains("gradient descent converges to the sample mean"),
         "{combined}"
     );
+
+    // inspect and intervene: the analysis half, through the same registry.
+    let mut m = mechlab::inspect::load_model_in(&registry(), &tmp.path().join("a"), None).unwrap();
+    let (y, cache) = m
+        .run_with_cache(&Batch::new(vec![0, 1], 2, 1), &["hook_mu"])
+        .unwrap();
+    assert_eq!(y.data[0], summary.metrics["mu"]);
+    assert_eq!(cache["hook_mu"].shape, vec![2, 1]);
+    assert_eq!(cli(&["intervene", &p("a")]), 0);
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("a/intervene.json")).unwrap(),
+    )
+    .unwrap();
+    let e = &v["effects"][0];
+    let (clean, zero, mean) = (
+        e["clean"].as_f64().unwrap(),
+        e["intervened"].as_f64().unwrap(),
+        e["control"].as_f64().unwrap(),
+    );
+    assert!(
+        zero > 2.0 * clean,
+        "zeroing μ = 3 raises the loss: {clean} → {zero}"
+    );
+    assert_eq!(mean, clean, "the mean of a constant is itself");
+    assert!(tmp
+        .path()
+        .join("a/figures/intervene_effects.json")
+        .is_file());
+    assert!(std::fs::read_to_string(tmp.path().join("a/report.md"))
+        .unwrap()
+        .contains("## Interventions"));
+    let bad = try_cli(&["intervene", &p("a"), "--patch"])
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("--patch") && bad.contains("μ zeroed"), "{bad}");
 
     // list: the paper's preset sits beside the built-in ones.
     let names: Vec<&str> = mechlab::config::presets::all()

@@ -92,6 +92,27 @@ fn shortened_run_and_a_bad_model_folder() {
         );
     }
 
+    // Intervene: removing every layer's attention on same-topic words shrinks
+    // the output's topic gap; removing as many different-topic keys does not.
+    let v =
+        mechlab::commands::intervene::run(&dir, &mechlab::analysis::Request::default()).unwrap();
+    let effects = v["effects"].as_array().unwrap();
+    assert_eq!(effects.len(), 3);
+    let e = effects
+        .iter()
+        .find(|e| e["id"] == "same-topic-attention-embedding")
+        .unwrap();
+    let num = |k: &str| e[k].as_f64().unwrap();
+    let (drop, control) = (
+        num("clean") - num("intervened"),
+        num("clean") - num("control"),
+    );
+    assert!(drop > 0.0 && control <= 0.25 * drop, "{e}");
+    assert_eq!(v["ablated"].as_array().unwrap().len(), 12);
+    assert!(std::fs::read_to_string(dir.join("report.md"))
+        .unwrap()
+        .contains("## Interventions"));
+
     // A copy of the folder whose config.json asks for another activation.
     let bad = tmp.path().join("model");
     std::fs::create_dir(&bad).unwrap();

@@ -16,6 +16,7 @@
 //! assert_eq!(cfg.data.parents, vec![1, 2]);
 //! ```
 
+pub mod analysis;
 pub mod causal;
 mod chi2;
 pub mod config;
@@ -119,6 +120,22 @@ impl Paper for Induction {
             ReproduceItem::new("induction-copier", REPRODUCE_COPIER),
             ReproduceItem::new("induction-copier-frozen", REPRODUCE_COPIER),
         ]
+    }
+    fn load(
+        &self,
+        cfg: &InductionConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        cfg: &InductionConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
     }
 }
 

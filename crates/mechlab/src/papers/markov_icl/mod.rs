@@ -19,6 +19,7 @@
 //! assert_eq!((cfg.data.vocab, cfg.data.seq_len, cfg.model.d_model), (2, 100, 16));
 //! ```
 
+pub mod analysis;
 pub mod config;
 pub mod data;
 pub mod hooks;
@@ -240,6 +241,22 @@ impl Paper for MarkovIcl {
             // is still on the unigram plateau: docs/markov-icl.md, "Minimal model").
             ReproduceItem::new("markov-icl-minimal", REPRODUCE_SHORT),
         ]
+    }
+    fn load(
+        &self,
+        cfg: &MarkovConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        cfg: &MarkovConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
     }
 }
 

@@ -10,6 +10,7 @@
 //! `cls`), probing cos(p, p_mm), the margin, ‖p‖ and the attention mass on the
 //! selected tokens, and finally write the figures, notes and one verdict per claim.
 
+pub mod analysis;
 pub mod causal;
 pub mod data;
 pub mod hooks;
@@ -196,6 +197,22 @@ impl Paper for Selection {
 
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![ReproduceItem::new("selection-synthetic", &[])]
+    }
+    fn load(
+        &self,
+        cfg: &SelectionConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        cfg: &SelectionConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
     }
 }
 

@@ -192,14 +192,37 @@ pub fn hooked_dev_losses<T: Float>(
     patches: &[PatternPatch],
     seed: u64,
 ) -> Result<Vec<f64>, HookError> {
+    let mut rng = substream(seed, Stream::Sample, PERMUTE_STREAM);
+    let mut patcher = |k: usize, own: &Tensor, b: &Batch, _: usize| match patches[k] {
+        PatternPatch::None => None,
+        PatternPatch::Uniform => Some(uniform_pattern(b)),
+        PatternPatch::Own => Some(own.clone()),
+        PatternPatch::Permuted => Some(permute_rows(own, b, &mut rng)),
+    };
+    patched_dev_losses(m, set, n, batch, patches.len(), &mut patcher)
+}
+
+/// Builds the pattern of patch `k` from the model's own pattern on document `i`
+/// (its `[1, L]` batch); `None` runs the document clean.
+pub type Patcher<'a> = dyn FnMut(usize, &Tensor, &Batch, usize) -> Option<Tensor> + 'a;
+
+/// The dev loss (as [`hooked_dev_loss`] computes it) under each of `n_patches`
+/// patterns that `patcher` builds, document by document, patch by patch.
+pub fn patched_dev_losses<T: Float>(
+    m: &mut TopicMlm<T>,
+    set: &MlmSet,
+    n: usize,
+    batch: usize,
+    n_patches: usize,
+    patcher: &mut Patcher<'_>,
+) -> Result<Vec<f64>, HookError> {
     let n = n.min(set.len());
     let kind = m.cfg.loss;
-    let mut rng = substream(seed, Stream::Sample, PERMUTE_STREAM);
     let ids: Vec<usize> = (0..n).collect();
     let chunks: Vec<&[usize]> = ids.chunks(batch.max(1)).collect();
-    let mut total = vec![0.0; patches.len()];
+    let mut total = vec![0.0; n_patches];
     for c in &chunks {
-        let mut sum = vec![0.0; patches.len()];
+        let mut sum = vec![0.0; n_patches];
         let mut n_lab = 0usize;
         for &i in c.iter() {
             let b = doc_batch(set, i);
@@ -209,17 +232,14 @@ pub fn hooked_dev_losses<T: Float>(
                 name: PATTERN.into(),
                 reason: "the model returned no pattern".into(),
             })?;
-            for (k, &patch) in patches.iter().enumerate() {
-                let with = |t: Tensor| [hook(PATTERN, Ablation::Patch(t), None, None)];
-                let logits = match patch {
-                    PatternPatch::None => clean.clone(),
-                    PatternPatch::Uniform => m.run_with_hooks(&b, &with(uniform_pattern(&b)))?,
-                    PatternPatch::Own => m.run_with_hooks(&b, &with(own.clone()))?,
-                    PatternPatch::Permuted => {
-                        m.run_with_hooks(&b, &with(permute_rows(&own, &b, &mut rng)))?
+            for (k, s) in sum.iter_mut().enumerate() {
+                let logits = match patcher(k, &own, &b, i) {
+                    None => clean.clone(),
+                    Some(t) => {
+                        m.run_with_hooks(&b, &[hook(PATTERN, Ablation::Patch(t), None, None)])?
                     }
                 };
-                sum[k] += doc_loss_sum(&logits, &b.targets, kind);
+                *s += doc_loss_sum(&logits, &b.targets, kind);
             }
         }
         if n_lab > 0 {

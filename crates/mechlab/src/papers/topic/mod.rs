@@ -16,6 +16,7 @@
 //! probes logged during training), [`synthetic`] and [`wiki`] (the two data
 //! settings), [`report`] (figures, notes and verdicts), [`probes`].
 
+pub mod analysis;
 pub mod causal;
 pub mod config;
 pub mod data;
@@ -89,5 +90,21 @@ impl Paper for TopicExperiment {
             ),
             ReproduceItem::new("topic-two-stage", &[]),
         ]
+    }
+    fn load(
+        &self,
+        cfg: &TopicConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        cfg: &TopicConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
     }
 }

@@ -12,6 +12,7 @@
 //! `blocks.{l}.attn.hook_pattern` on held-out lead sections; sub-word pieces take
 //! their word's topic.
 
+pub mod analysis;
 pub mod probes;
 mod run;
 
@@ -313,6 +314,22 @@ impl Paper for TopicBert {
     }
     // No `reproduce` items: it reads a pretrained model from shared storage, and
     // `mechlab reproduce` runs on built-in synthetic data only.
+    fn load(
+        &self,
+        cfg: &TopicBertConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        cfg: &TopicBertConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
+    }
 }
 
 /// The figures of one topic source.
