@@ -102,9 +102,27 @@ def test_model_of_a_corrupt_checkpoint(induction_run, tmp_path):
         mechlab.load(copy).model()
 
 
-def test_a_run_inspect_cannot_rebuild_is_not_a_checkpoint_error(tmp_path):
-    # attention-svm models read embeddings, not token ids: no hooked model yet.
+def test_an_attention_svm_run_loads_as_its_hooked_head(tmp_path):
+    # Its inputs are vectors: ids index the run's tokens (i*T + t), then its queries
+    # (n*T + i); a row is a query id followed by T token ids.
     r = mechlab.run("attention-svm-w", out=tmp_path / "svm")
-    with pytest.raises(mechlab.MechlabError, match="inspect loads induction, markov-icl") as e:
+    m = r.model()
+    n, t = 6, 8
+    rows = np.array([[n * t + i] + [i * t + k for k in range(t)] for i in range(n)])
+    f, cache = m.run_with_cache(rows, ["blocks.0.attn.hook_pattern", "hook_embed"])
+    assert f.shape == (n,)
+    pat = cache["blocks.0.attn.hook_pattern"]
+    assert pat.shape == (n, 1, 1, t + 1) and np.allclose(pat.sum(-1), 1.0)
+    assert np.all(pat[..., 0] == 0.0)
+    assert cache["hook_embed"].shape == (n, t + 1, 10)
+    # The trained head selects one token per sequence; zeroing the pattern zeroes f.
+    assert pat.max(-1).min() > 0.9
+    assert np.all(m.run_with_hooks(rows, [mechlab.Hook("blocks.0.attn.hook_pattern")]) == 0.0)
+
+
+def test_a_run_inspect_cannot_rebuild_is_not_a_checkpoint_error(tmp_path):
+    # A double-double run is a precision check: analysis loads f32 and f64 runs.
+    r = mechlab.run("attention-svm-w", out=tmp_path / "svm", overrides={"model.dtype": "f64x2", "train.steps": 20})
+    with pytest.raises(mechlab.MechlabError, match="f64x2") as e:
         r.model()
     assert not isinstance(e.value, mechlab.CheckpointError)

@@ -13,24 +13,28 @@
 //! of the selected tokens (`nuclear.rs`, an SDP solved by `totsu`), then write
 //! figures and verdicts.
 
+pub mod analysis;
 pub mod data;
+pub mod hooked;
+mod measure;
 pub mod model;
 pub mod nuclear;
 pub mod regpath;
+mod report;
 pub mod svm;
+mod train;
 pub mod verdicts;
 
-use verdicts::{ids, sources};
+use verdicts::ids;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
 use crate::run::summary::Summary;
-use crate::run::{metrics, RunConfig, RunCtx, RunError};
-use crate::train::{fit, OptimizerKind, TrainConfig};
-use data::{argmax_rows, generate, DataConfig, SvmData};
+use crate::run::{RunConfig, RunCtx};
+use crate::train::{OptimizerKind, TrainConfig};
+use data::{generate, DataConfig};
 use mechlab_engine::{F64x2, Float};
-use mechlab_report::{Figure, Series};
-use model::{ModelConfig, Output, Param2, SvmModel};
+use model::{ModelConfig, Output, Param2};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -108,96 +112,6 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("attention-svm-kq"),
     crate::preset!("attention-svm-local"),
 ];
-
-/// The wrong selection of the control: each sequence's next token after `sel`.
-fn shifted(sel: &[usize], t: usize) -> Vec<usize> {
-    sel.iter().map(|&s| (s + 1) % t).collect()
-}
-
-/// An SVM solver for a selection: [`svm::w_mm`] or [`nuclear::w_mm_nuclear`].
-type SolveSvm = fn(&SvmData, &[usize]) -> Result<Vec<f64>, svm::SvmError>;
-
-/// Correlation of `w` with the SVM of `sel`, solving only when `sel` changed.
-struct Target {
-    sel: Vec<usize>,
-    w_mm: Option<Vec<f64>>,
-    err: String,
-    /// The last selection's SVM has no feasible point: its tokens cannot be separated.
-    infeasible: bool,
-    /// The SVM solved for a new selection: Frobenius or nuclear norm.
-    solve: SolveSvm,
-}
-
-impl Target {
-    fn new(solve: SolveSvm) -> Self {
-        Target {
-            sel: vec![],
-            w_mm: None,
-            err: String::new(),
-            infeasible: false,
-            solve,
-        }
-    }
-    /// The correlation of `w` with the SVM of `sel`, solved again only when the
-    /// selection changes.
-    fn corr(&mut self, data: &SvmData, sel: &[usize], w: &[f64]) -> Option<f64> {
-        if self.sel != sel {
-            self.sel = sel.to_vec();
-            let solved = (self.solve)(data, sel);
-            self.infeasible = matches!(solved, Err(svm::SvmError::Infeasible(_)));
-            self.w_mm = solved.map_err(|e| self.err = e.to_string()).ok();
-        }
-        self.w_mm.as_ref().map(|m| svm::corr(w, m))
-    }
-}
-
-/// Claim (c), judged when the highest-score tokens cannot be separated: GD then
-/// selects some other set, which must be locally optimal, and turns to that set's
-/// SVM direction. The control applies the same local-optimality test to the wrong
-/// selection (each sequence's next token), which must fail it.
-fn local_verdict(
-    s: &mut Summary,
-    data: &SvmData,
-    v: &[f64],
-    [sel, ctrl]: [&Target; 2],
-    last: &Last,
-    th: f64,
-) {
-    let scores = data.scores(v);
-    let local = |t: &Target| match &t.w_mm {
-        Some(w) => svm::locally_optimal(data, &scores, &t.sel, w).unwrap_or(false),
-        None => false,
-    };
-    let (local_sel, local_ctrl) = (local(sel), local(ctrl));
-    let corr = last.corr_sel.unwrap_or(f64::NAN);
-    s.metric("sel_locally_optimal", f64::from(u8::from(local_sel)));
-    s.verdict(
-        ids::LOCAL,
-        "The highest-score tokens cannot be separated: GD selects a locally optimal set instead and turns to its SVM direction",
-        &format!("the selection is locally optimal (each selected token outscores its support tokens) and corr(W, W^mm_sel) > {th}; control: the wrong selection is not locally optimal"),
-        sources::LOCAL,
-        format!(
-            "selected = highest score in {:.0} % of sequences; locally optimal: {local_sel}; corr {corr:.4}; control locally optimal: {}",
-            100.0 * last.sel_is_opt,
-            if ctrl.w_mm.is_some() { local_ctrl.to_string() } else { "false (not separable)".into() }
-        ),
-        local_sel && corr > th && !local_ctrl,
-    );
-}
-
-/// What the last probe saw.
-#[derive(Default)]
-struct Last {
-    corr_sel: Option<f64>,
-    corr_opt: Option<f64>,
-    corr_ctrl: Option<f64>,
-    /// corr(W, W^mm_*) ((K, Q) only), and its largest value with the step.
-    corr_nuc: Option<f64>,
-    corr_nuc_max: Option<(f64, u64)>,
-    w_norm: f64,
-    attn_max: f64,
-    sel_is_opt: f64,
-}
 
 impl Paper for AttentionSvm {
     type Config = AttentionSvmConfig;
@@ -294,6 +208,22 @@ impl Paper for AttentionSvm {
         }
         v
     }
+    fn load(
+        &self,
+        cfg: &AttentionSvmConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        cfg: &AttentionSvmConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
+    }
 }
 
 fn run(cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
@@ -316,274 +246,10 @@ fn run_typed<T: Float>(
         Output::Cls => data,
         Output::Sequence => data.token_queries(),
     });
-    let opt = data.optimal(&v);
-    let t = data.t;
-    let mut model = SvmModel::<T>::new(&cfg.model, data.clone(), v.clone(), seed);
-    let new = || Target::new(svm::w_mm);
-    let (mut tgt_sel, mut tgt_opt, mut tgt_ctrl) = (new(), new(), new());
-    let mut tgt_nuc = Target::new(nuclear::w_mm_nuclear);
-    let kq = cfg.model.param == Param2::Kq;
-    let mut last = Last::default();
-    let swap = cfg.probe.swap_selected;
-    let dref = &*data;
-    let opt_ref = &opt;
-    let mut probe = |m: &mut SvmModel<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
-        let w = m.w_eff();
-        let (loss, att) = m.attention();
-        let mut sel = argmax_rows(&att, t);
-        let ctrl = shifted(&sel, t);
-        if swap {
-            sel = ctrl.clone();
-        }
-        last.corr_sel = tgt_sel.corr(dref, &sel, &w);
-        last.corr_opt = tgt_opt.corr(dref, opt_ref, &w);
-        last.corr_ctrl = tgt_ctrl.corr(dref, &ctrl, &w);
-        if kq {
-            last.corr_nuc = tgt_nuc.corr(dref, &sel, &w);
-            if let Some(c) = last.corr_nuc {
-                if last.corr_nuc_max.is_none_or(|(m, _)| c > m) {
-                    last.corr_nuc_max = Some((c, step));
-                }
-            }
-        }
-        last.w_norm = w.iter().map(|x| x * x).sum::<f64>().sqrt();
-        last.attn_max = att
-            .chunks(t)
-            .map(|r| r.iter().cloned().fold(0.0, f64::max))
-            .sum::<f64>()
-            / dref.n as f64;
-        last.sel_is_opt =
-            sel.iter().zip(opt_ref).filter(|(a, b)| a == b).count() as f64 / dref.n as f64;
-        let mut rec = vec![
-            ("loss", loss),
-            ("w_norm", last.w_norm),
-            ("attn_max", last.attn_max),
-            ("sel_is_opt", last.sel_is_opt),
-        ];
-        for (k, c) in [
-            ("corr_sel", last.corr_sel),
-            ("corr_opt", last.corr_opt),
-            ("corr_ctrl", last.corr_ctrl),
-            ("corr_nuc", last.corr_nuc),
-        ] {
-            if let Some(c) = c {
-                rec.push((k, c));
-            }
-        }
-        ctx.log("probe", step, &rec)
-    };
-    let fitted = fit(&mut model, &cfg.train, ctx, &mut probe)?;
-    let w = model.w_eff();
-    let d = data.d;
-    let sv = svm::singular_values(&w, d);
-    let rank = |sv: &[f64]| {
-        sv.iter()
-            .filter(|&&s| s > cfg.probe.rank_tol * sv[0].max(1e-300))
-            .count()
-    };
-    let rank_w = rank(&sv);
-    let mm_sv = tgt_sel.w_mm.as_ref().map(|m| svm::singular_values(m, d));
-    let rank_mm = mm_sv.as_ref().map(|s| rank(s));
-    let (corr_nuc, nuc_err) = (last.corr_nuc, tgt_nuc.err.clone());
-    let nuc_sv = tgt_nuc.w_mm.as_ref().map(|m| svm::singular_values(m, d));
-    let rank_nuc = nuc_sv.as_ref().map(|s| rank(s));
-
-    // --- figures ---
-    let recs = ctx.records()?;
-    let curve = |key: &str| {
-        let (x, y) = metrics::series(&recs, "probe", key);
-        let (x, y): (Vec<f64>, Vec<f64>) = x.into_iter().zip(y).filter(|(s, _)| *s > 0.0).unzip();
-        Series::new(key, x, y)
-    };
-    ctx.figure(&Figure::lines("correlation", "Direction of W(t) against attention-SVM solutions", "step", "correlation")
-        .log_x()
-        .with_series(curve("corr_sel"))
-        .with_series(curve("corr_opt"))
-        .with_series(curve("corr_ctrl"))
-        .with_series(curve("corr_nuc"))
-        .with_hline("threshold", cfg.probe.corr_threshold)
-        .caption("⟨W, W^mm⟩/(‖W‖‖W^mm‖) for W^mm of the tokens the attention selects (corr_sel), of the highest-score tokens (corr_opt), and of a wrong selection, each sequence's next token (corr_ctrl, the control); for W = K Qᵀ also against the nuclear-norm SVM of the selected tokens (corr_nuc)."))?;
-    ctx.figure(&Figure::lines("norm", "‖W(t)‖_F", "step", "‖W‖_F")
-        .log_x()
-        .with_series(curve("w_norm"))
-        .with_series(curve("attn_max"))
-        .caption("The norm grows without bound (linearly under normalised GD) while the attention on the selected token (attn_max, mean over sequences) goes to 1."))?;
-    let idx: Vec<f64> = (1..=d).map(|i| i as f64).collect();
-    let norm_sv = |s: &[f64]| s.iter().map(|x| x / s[0].max(1e-300)).collect::<Vec<f64>>();
-    let mut fig = Figure::lines(
-        "singular_values",
-        "Singular values of the final W (normalised)",
-        "index",
-        "σ_i / σ_1",
-    )
-    .log_y()
-    .with_series(Series::new(
-        "W(T)",
-        idx.clone(),
-        norm_sv(&sv).iter().map(|x| x.max(1e-16)).collect(),
-    ));
-    if let Some(s) = &mm_sv {
-        fig = fig.with_series(Series::new(
-            "W^mm (Frobenius)",
-            idx,
-            norm_sv(s).iter().map(|x| x.max(1e-16)).collect(),
-        ));
-    }
-    if let Some(s) = &nuc_sv {
-        fig = fig.with_series(Series::new(
-            "W^mm_* (nuclear)",
-            (1..=d).map(|i| i as f64).collect(),
-            norm_sv(s).iter().map(|x| x.max(1e-16)).collect(),
-        ));
-    }
-    ctx.figure(&fig.caption(&format!(
-        "Numerical rank (σ_i > {} σ_1): W(T) {rank_w}, W^mm {}{}.",
-        cfg.probe.rank_tol,
-        rank_mm.map_or("n/a".into(), |r| r.to_string()),
-        rank_nuc.map_or(String::new(), |r| format!(", W^mm_* {r}"))
-    )))?;
-
-    // --- regularisation path (claim d) ---
-    let reg = regpath::against_svm(cfg, &data, &v, seed);
-    if let Some(r) = &reg {
-        ctx.figure(&Figure::lines("regularisation_path", "Direction of the norm-constrained minimiser against the SVM", "radius R", "correlation")
-            .log_x()
-            .with_series(Series::new("corr(W̄_R, W^mm)", r.radii.clone(), r.corr.clone()))
-            .with_series(Series::new("control: wrong selection", r.radii.clone(), r.corr_ctrl.clone()))
-            .with_hline("threshold", cfg.probe.corr_threshold)
-            .caption(&format!("W̄_R = argmin of the loss over the ball of radius R ({}), against the {} SVM of the tokens W̄_R selects at the largest R, and of a wrong selection (each sequence's next token).", match cfg.model.param {
-                Param2::W => "‖W‖_F ≤ R",
-                Param2::Kq => "‖K‖²_F + ‖Q‖²_F ≤ 2R",
-            }, r.norm)))?;
-    }
-
-    // --- summary ---
-    let mut s = Summary::new("attention-svm", seed);
-    let f = |c: Option<f64>| c.map_or("not solved".to_string(), |c| format!("{c:.4}"));
-    s.metric("final_loss", fitted.final_loss);
-    s.metric("w_norm", last.w_norm);
-    s.metric("attn_max", last.attn_max);
-    s.metric("sel_is_opt", last.sel_is_opt);
-    s.metric("rank_w", rank_w as f64);
-    if let Some(r) = rank_mm {
-        s.metric("rank_mm", r as f64);
-    }
-    if let Some(r) = rank_nuc {
-        s.metric("rank_nuc", r as f64);
-    }
-    if let Some((c, step)) = last.corr_nuc_max {
-        s.metric("corr_nuc_max", c);
-        s.metric("corr_nuc_max_step", step as f64);
-    }
-    for (k, c) in [
-        ("corr_sel", last.corr_sel),
-        ("corr_opt", last.corr_opt),
-        ("corr_ctrl", last.corr_ctrl),
-        ("corr_nuc", corr_nuc),
-    ] {
-        if let Some(c) = c {
-            s.metric(k, c);
-        }
-    }
-    let th = cfg.probe.corr_threshold;
-    let grew = last.w_norm > 10.0 * cfg.model.init.max(1e-3) * d as f64;
-    let ctrl_low = last.corr_ctrl.is_none_or(|c| c < th);
-    match cfg.model.param {
-        Param2::W => {
-            s.verdict(
-                ids::W,
-                "GD on W turns to the attention-SVM direction of the tokens it selects, with diverging norm",
-                &format!("corr(W, W^mm_sel) > {th}, ‖W‖ grows, and the control corr(W, W^mm_wrong) < {th}"),
-                sources::W,
-                format!(
-                    "corr {}, ‖W‖ {:.2}, control {}{}",
-                    f(last.corr_sel),
-                    last.w_norm,
-                    f(last.corr_ctrl),
-                    if tgt_sel.err.is_empty() { String::new() } else { format!(" ({})", tgt_sel.err) }
-                ),
-                last.corr_sel.is_some_and(|c| c > th) && grew && ctrl_low,
-            );
-            if tgt_opt.infeasible {
-                local_verdict(&mut s, &data, &v, [&tgt_sel, &tgt_ctrl], &last, th);
-            }
-        }
-        Param2::Kq => {
-            s.verdict(
-                ids::KQ,
-                "GD on (K, Q) does not turn to the Frobenius SVM direction and W becomes low rank",
-                &format!("corr(W, W^mm_F) < {th} and rank(W) < rank(W^mm_F)"),
-                sources::KQ,
-                format!(
-                    "corr {}, rank {rank_w} vs {}",
-                    f(last.corr_sel),
-                    rank_mm.map_or("n/a".into(), |r| r.to_string())
-                ),
-                last.corr_sel.is_some_and(|c| c < th) && rank_mm.is_some_and(|r| rank_w < r),
-            );
-            s.verdict(
-                ids::NUC,
-                "GD on (K, Q) turns to the nuclear-norm SVM direction of the tokens it selects",
-                &format!("corr(W, W^mm_*) > {th}, above the control corr(W, W^mm_F)"),
-                sources::NUC,
-                format!(
-                    "corr {}, control {}{}",
-                    f(corr_nuc),
-                    f(last.corr_sel),
-                    if nuc_err.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({nuc_err})")
-                    }
-                ),
-                corr_nuc.is_some_and(|c| c > th && last.corr_sel.is_none_or(|f| c > f)),
-            );
-        }
-    }
-    if let Some(r) = &reg {
-        let (first, last_c) = (r.corr[0], *r.corr.last().unwrap_or(&f64::NAN));
-        let ctrl = *r.corr_ctrl.last().unwrap_or(&f64::NAN);
-        s.metric("reg_corr", last_c);
-        s.metric("reg_corr_first", first);
-        s.metric("reg_corr_ctrl", ctrl);
-        s.metric("reg_sel_is_opt", r.sel_is_opt);
-        // The theorems give the limit R → ∞ only: no value to judge at R = 32.
-        s.measurement(
-            ids::REG,
-            &format!(
-                "regularisation path: corr(W̄_R, {} W^mm) at R = {} → {}, and against a wrong selection at the largest R",
-                r.norm,
-                r.radii[0],
-                r.radii.last().unwrap_or(&0.0)
-            ),
-            format!("{first:.4} → {last_c:.4}, control {ctrl:.4}{}", r.err),
-            "the papers prove corr → 1 as R → ∞ and give no value at a finite radius, so this is reported, not judged (docs/attention-svm.md, \"Regularisation path\")",
-        );
-    }
-    // Whether GD selects the highest-score tokens is reported in the notes
-    // (`selected = highest score`), not judged: the theory allows either.
-    ctx.notes(&format!(
-        "## Setting\n\nn = {}, T = {}, d = {}, tokens and queries on the unit sphere, unit v, {} output, parameterisation {}, init sd {}, {} steps of normalised GD, lr {}.\n\n\
-         ## Results\n\n| quantity | theory | ours |\n|---|---|---|\n\
-         | corr(W, W^mm of the selected tokens) | → 1 (W), < 1 (K, Q) | {} |\n| corr(W, W^mm of the highest-score tokens) | → 1 when they are selected | {} |\n\
-         | corr(W, W^mm of a wrong selection) (control) | < 1 | {} |\n| ‖W‖_F | → ∞ | {:.3} |\n| selected = highest score | | {:.3} |\n| rank W(T) / W^mm_F (σ > {} σ_1) | low for (K, Q) | {rank_w} / {} |\n\
-         | corr(W, W^mm_*), the nuclear-norm SVM (K, Q only) | → 1 (K, Q) | {} |\n\
-         | regularisation path: corr(W̄_R, W^mm) from the smallest to the largest R | → 1 | {} |\n",
-        cfg.data.n, data.t, d, crate::config::name_of(&cfg.model.output), crate::config::name_of(&cfg.model.param), cfg.model.init, cfg.train.steps, cfg.train.lr,
-        f(last.corr_sel), f(last.corr_opt), f(last.corr_ctrl), last.w_norm, last.sel_is_opt, cfg.probe.rank_tol,
-        rank_mm.map_or("n/a".into(), |r| r.to_string()),
-        match cfg.model.param {
-            Param2::W => "not computed".to_string(),
-            Param2::Kq => f(corr_nuc),
-        },
-        reg.as_ref().map_or("not computed".to_string(), |r| format!(
-            "{:.4} → {:.4} (R = {} → {}, {} SVM)",
-            r.corr[0],
-            r.corr.last().unwrap_or(&f64::NAN),
-            r.radii[0],
-            r.radii.last().unwrap_or(&0.0),
-            r.norm
-        ))
-    ))?;
+    let trained = train::train::<T>(cfg, &data, &v, seed, ctx)?;
+    let measured = measure::measure(cfg, &data, &v, seed, &trained);
+    report::figures(cfg, &measured, ctx)?;
+    let s = verdicts::summary(cfg, &data, &v, seed, &trained, &measured);
+    report::notes(cfg, data.t, &trained, &measured, ctx)?;
     Ok(s)
 }

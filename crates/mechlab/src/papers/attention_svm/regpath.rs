@@ -14,7 +14,8 @@
 
 use super::data::{argmax_rows, SvmData};
 use super::model::{ModelConfig, Param2, SvmModel};
-use super::{nuclear, shifted, svm, AttentionSvmConfig, SolveSvm};
+use super::train::{shifted, SolveSvm};
+use super::{nuclear, svm, AttentionSvmConfig};
 use crate::train::Trainable;
 use mechlab_engine::Parameters;
 use std::sync::Arc;
