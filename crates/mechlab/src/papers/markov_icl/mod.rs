@@ -28,6 +28,7 @@ pub mod model;
 pub mod phases;
 pub mod probes;
 mod report;
+mod verdicts;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
@@ -235,7 +236,7 @@ impl Paper for MarkovIcl {
             // in the authors' algorithm with a correct sampler in the same settings;
             // at S = 3 it does (docs/markov-icl.md, "Findings").
             ReproduceItem::new("markov-icl-bigram", REPRODUCE_SHORT)
-                .with_finding(report::ids::DOUBLY, "docs/markov-icl.md"),
+                .with_finding(verdicts::ids::DOUBLY, "docs/markov-icl.md"),
             ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT),
             // The paper's minimal model, at 10× the authors' 200 steps (at 200 it
             // is still on the unigram plateau: docs/markov-icl.md, "Minimal model").

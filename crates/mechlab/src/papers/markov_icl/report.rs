@@ -1,4 +1,6 @@
-//! The markov-icl run's ending: phase boundaries, verdicts, figures and notes.
+//! The markov-icl run's ending: the training history read back from the probe
+//! records (phase boundaries, head scores), the figures and the notes; the
+//! verdicts are in [`super::verdicts`].
 //!
 //! Everything here reads the probe records the trainer logged (`probe` events:
 //! eval loss, `kl.<strategy>`, `prev_token.h{h}.d{r}`, `induction`) plus the final
@@ -7,7 +9,6 @@
 //! where the mechanism cannot yet exist, must come out the other way.
 
 use super::config::{MarkovConfig, ModelKind};
-use super::data::Prior;
 use super::phases::{self, PhaseTimes};
 use super::probes::{self, Eval};
 use crate::experiment::ExperimentError;
@@ -15,6 +16,7 @@ use crate::run::metrics;
 use crate::run::summary::Summary;
 use crate::run::{attention_record, LayerPattern, RunCtx};
 use mechlab_report::{Figure, Series};
+use serde_json::{Map, Value};
 
 /// Eval loss over training of a run outside the trainer, with its baselines.
 #[derive(Clone, Debug, Default)]
@@ -57,16 +59,56 @@ pub struct Finals {
     pub last_levels: Option<(f64, f64)>,
 }
 
-fn fmt_step(s: Option<u64>) -> String {
+pub(super) fn fmt_step(s: Option<u64>) -> String {
     s.map_or("never".into(), |v| v.to_string())
 }
 
-/// Figures, verdicts and notes of a finished run.
-pub fn finish(
+/// The training history, read back from the probe records.
+pub struct History {
+    pub names: Vec<String>,
+    pub recs: Vec<Map<String, Value>>,
+    pub steps: Vec<f64>,
+    pub loss: Vec<f64>,
+    /// `kl.<strategy>` over the probe steps, one row per strategy.
+    pub kls: Vec<Vec<f64>>,
+    pub ind: Vec<f64>,
+    /// Index of the in-context n-gram strategy (the last).
+    pub ngram: usize,
+    pub uniform: f64,
+    pub bayes: f64,
+    pub unigram: f64,
+    /// First probe step at which each strategy is the nearest.
+    pub t_first: Vec<Option<u64>>,
+    /// The nearest strategy over training, each change once.
+    pub phases: Vec<usize>,
+    pub t_bayes: Option<u64>,
+    pub t_quarter: Option<u64>,
+    pub phase_all: PhaseTimes,
+    pub phase_last: Option<PhaseTimes>,
+    /// The largest layer-0 attention at each distance `1..n`, after training.
+    pub best_prev: Vec<f64>,
+}
+
+impl History {
+    /// The strategy nearest the model at probe `i`.
+    pub fn argmin(&self, i: usize) -> usize {
+        (0..self.kls.len())
+            .min_by(|&a, &b| self.kls[a][i].total_cmp(&self.kls[b][i]))
+            .unwrap_or(0)
+    }
+    pub fn phase_names(&self) -> Vec<&str> {
+        self.phases
+            .iter()
+            .map(|&k| self.names[k].as_str())
+            .collect()
+    }
+}
+
+pub fn history(
     cfg: &MarkovConfig,
     ctx: &mut RunCtx,
     f: &Finals,
-) -> Result<Summary, ExperimentError> {
+) -> Result<History, ExperimentError> {
     let order = cfg.data.order;
     let strats = probes::strategies(order);
     let names: Vec<String> = strats.iter().map(|s| probes::strategy_name(*s)).collect();
@@ -77,7 +119,6 @@ pub fn finish(
         .map(|n| metrics::series(&recs, "probe", &format!("kl.{n}")).1)
         .collect();
     let (_, ind) = metrics::series(&recs, "probe", "induction");
-    let n_probe = steps.len();
     let argmin = |i: usize| {
         (0..strats.len())
             .min_by(|&a, &b| kls[a][i].total_cmp(&kls[b][i]))
@@ -90,13 +131,12 @@ pub fn finish(
         .map(|k| probes::first_step(&steps, |i| argmin(i) == k))
         .collect();
     let mut phases: Vec<usize> = Vec::new();
-    for i in 0..n_probe {
+    for i in 0..steps.len() {
         let k = argmin(i);
         if phases.last() != Some(&k) {
             phases.push(k);
         }
     }
-    let phase_names: Vec<&str> = phases.iter().map(|&k| names[k].as_str()).collect();
     let curve = Curve {
         steps: steps.clone(),
         loss: loss.clone(),
@@ -115,12 +155,50 @@ pub fn finish(
         let (ls, lt) = metrics::series(&recs, "probe", "last.kl_true");
         phases::phase_times(&ls, &lk, &lt, u)
     });
+    let best_prev: Vec<f64> = (0..order - 1)
+        .map(|r| f.fin.prev_token.iter().map(|ph| ph[r]).fold(0.0, f64::max))
+        .collect();
+    Ok(History {
+        names,
+        recs,
+        steps,
+        loss,
+        kls,
+        ind,
+        ngram,
+        uniform,
+        bayes,
+        unigram,
+        t_first,
+        phases,
+        t_bayes,
+        t_quarter,
+        phase_all,
+        phase_last,
+        best_prev,
+    })
+}
 
-    // --- figures ---
+/// The figures of a finished run.
+pub fn figures(
+    cfg: &MarkovConfig,
+    ctx: &mut RunCtx,
+    f: &Finals,
+    hist: &History,
+) -> Result<(), ExperimentError> {
+    let order = cfg.data.order;
+    let (names, recs, steps, loss, kls, ind) = (
+        &hist.names,
+        &hist.recs,
+        &hist.steps,
+        &hist.loss,
+        &hist.kls,
+        &hist.ind,
+    );
     let x1: Vec<f64> = steps.iter().map(|s| s + 1.0).collect();
     let mut kf = Figure::lines("kl", "KL(strategy ‖ model) over training", "step + 1", "KL (nats)").log_x().log_y()
         .caption("The strategy with the smallest divergence is the one the model implements: uniform, then the in-context unigram plateau, then the in-context n-gram (Bayes).");
-    for (n, k) in names.iter().zip(&kls) {
+    for (n, k) in names.iter().zip(kls) {
         kf = kf.with_series(Series::new(
             n,
             x1.clone(),
@@ -155,7 +233,7 @@ pub fn finish(
         .with_hline("previous token, uniform attention", f.fin.prev_token_uniform);
     for h in 0..cfg.model.n_heads {
         for r in 1..order {
-            let (_, y) = metrics::series(&recs, "probe", &format!("prev_token.h{h}.d{r}"));
+            let (_, y) = metrics::series(recs, "probe", &format!("prev_token.h{h}.d{r}"));
             hf = hf.with_series(Series::new(
                 &format!("layer 0 head {h}, distance {r}"),
                 x1.clone(),
@@ -211,192 +289,40 @@ pub fn finish(
     };
     ctx.record_activations(&acts)?;
     ctx.figure(&viewer.caption(caption))?;
+    Ok(())
+}
 
-    // --- verdicts ---
-    let mut s = Summary::new("markov-icl", ctx.seed());
-    s.metric("final_train_loss", f.fitted_loss);
-    s.metric("eval_loss", f.fin.loss);
-    for (n, v) in names.iter().zip(&f.base) {
-        s.metric(&format!("strategy_loss.{n}"), *v);
-    }
-    for (n, v) in names.iter().zip(&f.fin.kl) {
-        s.metric(&format!("kl.{n}"), *v);
-    }
-    for (n, t) in names.iter().zip(&t_first) {
-        if let Some(t) = t {
-            s.metric(&format!("phase_start.{n}"), *t as f64);
-        }
-    }
-    if let Some(t) = t_bayes {
-        s.metric("t_bayes", t as f64);
-    }
-    if let Some(t) = t_quarter {
-        s.metric("t_quarter", t as f64);
-    }
-    for (metric, pt) in [("all", Some(phase_all)), ("last", phase_last)] {
-        for (n, t) in pt.iter().flat_map(|p| p.named()) {
-            if let Some(t) = t {
-                s.metric(&format!("phase.{metric}.{n}"), t as f64);
-            }
-        }
-    }
-    s.metric("induction", f.fin.induction);
-    s.metric("induction_uniform", f.fin.induction_uniform);
-    s.metric("prev_token_uniform", f.fin.prev_token_uniform);
-    for (h, ph) in f.fin.prev_token.iter().enumerate() {
-        for (r, v) in ph.iter().enumerate() {
-            s.metric(&format!("prev_token.h{h}.d{}", r + 1), *v);
-        }
-    }
-    let span = uniform - bayes;
-    let gap0 = loss.first().copied().unwrap_or(f64::NAN) - bayes;
-    let gap = f.fin.loss - bayes;
-    let loss_line = format!("gap {gap:.4} (init {gap0:.4}); loss {:.4}, Bayes {bayes:.4}, unigram {unigram:.4}, uniform {uniform:.4}", f.fin.loss);
-    if cfg.model.kind == ModelKind::Minimal {
-        // Its logits are linear in the context's transition counts, so it cannot
-        // reach the Bayes loss; the paper gives no level for it (docs/markov-icl.md).
-        s.measurement(
-            ids::LOSS,
-            "the minimal model's final gap to the Bayes-optimal in-context n-gram",
-            loss_line,
-            "not judged: the paper reports no loss for this model, and a count-linear read-out cannot reach Bayes (docs/markov-icl.md, \"The paper's minimal model\")",
-        );
-    } else {
-        s.verdict(
-            ids::LOSS,
-            "the final loss approaches the Bayes-optimal in-context n-gram (control: at init it is nearer uniform than Bayes)",
-            &format!("loss − Bayes < 0.2·(uniform − Bayes) = {:.4}; at init > 0.5·that span (nearer uniform than Bayes)", 0.2 * span),
-            "Edelman et al. 2024: the model approaches the Bayes-optimal in-context predictor (abstract, Fig. 1); the 0.2 of the span is our bar, not the paper's (docs/markov-icl.md, \"Verdicts\": the authors' algorithm, bench/markov_icl/authors_port.py, ends 0.022–0.037 above the bigram strategy on the seeds that leave the plateau at T = 50)",
-            loss_line,
-            gap < 0.2 * span && gap0 > 0.5 * span,
-        );
-    }
-    let last = n_probe.saturating_sub(1);
-    s.verdict(
-        ids::NEAREST,
-        "the model ends nearest the in-context n-gram strategy (control: at init, nearest uniform)",
-        &format!("argmin KL: {} at the end, uniform at step 0", names[ngram]),
-        "Edelman et al. 2024: training ends at the in-context n-gram strategy (Fig. 1–2, the KL to each strategy over training); at init the prediction is uniform (derived: small init gives near-constant logits)",
+/// Figures, verdicts and notes of a finished run.
+pub fn finish(
+    cfg: &MarkovConfig,
+    ctx: &mut RunCtx,
+    f: &Finals,
+) -> Result<Summary, ExperimentError> {
+    let hist = history(cfg, ctx, f)?;
+    figures(cfg, ctx, f, &hist)?;
+    let s = super::verdicts::summary(cfg, ctx.seed(), f, &hist);
+    notes(cfg, ctx, f, &hist)?;
+    Ok(s)
+}
+
+/// The notes' setting and measured table.
+fn notes(
+    cfg: &MarkovConfig,
+    ctx: &mut RunCtx,
+    f: &Finals,
+    hist: &History,
+) -> Result<(), ExperimentError> {
+    let order = cfg.data.order;
+    let (names, best_prev, t_bayes) = (&hist.names, &hist.best_prev, hist.t_bayes);
+    let (phase_all, phase_last, phase_names) =
+        (hist.phase_all, hist.phase_last, hist.phase_names());
+    let (pu, iu) = (f.fin.prev_token_uniform, f.fin.induction_uniform);
+    let compare_line = f.control.as_ref().map_or(String::new(), |c| {
         format!(
-            "{} at the end, {} at step 0",
-            names[argmin(last)],
-            names[argmin(0)]
-        ),
-        n_probe > 0 && argmin(last) == ngram && argmin(0) == 0,
-    );
-    if cfg.data.prior == Prior::Dirichlet {
-        let uni_before = phases
-            .iter()
-            .position(|&k| k == 1)
-            .is_some_and(|p| phases[p + 1..].contains(&ngram));
-        s.verdict(
-            ids::PHASES,
-            "phases: uniform → in-context unigram plateau → in-context n-gram",
-            "the unigram strategy is nearest for a while before the n-gram",
-            "Edelman et al. 2024, the phases uniform → unigram → bigram (abstract; Fig. 1–2)",
-            format!(
-                "nearest strategy over training: {} (unigram from step {}, {} from step {})",
-                phase_names.join(" → "),
-                fmt_step(t_first[1]),
-                names[ngram],
-                fmt_step(t_first[ngram])
-            ),
-            uni_before && argmin(last) == ngram,
-        );
-    }
-    let pu = f.fin.prev_token_uniform;
-    let init_prev: Vec<f64> = (1..order)
-        .map(|r| {
-            (0..cfg.model.n_heads)
-                .map(|h| {
-                    metrics::series(&recs, "probe", &format!("prev_token.h{h}.d{r}"))
-                        .1
-                        .first()
-                        .copied()
-                        .unwrap_or(f64::NAN)
-                })
-                .fold(0.0, f64::max)
-        })
-        .collect();
-    let best_prev: Vec<f64> = (0..order - 1)
-        .map(|r| f.fin.prev_token.iter().map(|ph| ph[r]).fold(0.0, f64::max))
-        .collect();
-    // the distance each head attends to most after training
-    let peaks: Vec<usize> = f
-        .fin
-        .profile
-        .iter()
-        .map(|p| probes::peak_distance(p))
-        .collect();
-    // distance r is some head's peak, with at least twice uniform attention's
-    // share there (the same boundary the control at init stays below)
-    let covered = (1..order).all(|r| {
-        peaks
-            .iter()
-            .zip(&f.fin.prev_token)
-            .any(|(&pk, ph)| pk == r && ph[r - 1] > 2.0 * pu)
+            "| t_bayes, doubly stochastic prior | {} |\n",
+            fmt_step(c.t_bayes())
+        )
     });
-    s.verdict(
-        ids::PREV,
-        "layer 0 forms a previous-token head for every parent distance (control: at init, uniform)",
-        &format!("for each distance r = 1..n−1, some head attends to r more than to any other distance, with more than 2 × uniform {pu:.3} there; at init below 2 × uniform (near-uniform attention ties distances 0 and 1, so the peak alone says nothing there)"),
-        "Edelman et al. 2024: the first layer attends to the previous token (Sec. 3, Fig. 3), read as \"the most attended distance\"; the 2 × uniform floor is ours, the boundary the control at init is held to (docs/markov-icl.md, \"Verdicts\")",
-        format!(
-            "most attended distance per head {:?}; attention at distance 1..{}: {:?} (init {:?}, uniform {pu:.3})",
-            peaks,
-            order - 1,
-            round3(&best_prev),
-            round3(&init_prev)
-        ),
-        covered && init_prev.iter().all(|&v| v < 2.0 * pu),
-    );
-    let iu = f.fin.induction_uniform;
-    let ind0 = ind.first().copied().unwrap_or(f64::NAN);
-    if cfg.data.prior == Prior::DoublyStochastic && cfg.data.vocab == 2 {
-        // At S = 2 a doubly stochastic chain is [[p, 1−p], [1−p, p]]: the
-        // Bayes-optimal prediction counts stays over all transitions and needs no
-        // attention to the keys that follow the current token, so the paper's head
-        // (shown for Dirichlet chains) is not a prediction here (docs/markov-icl.md).
-        s.measurement(
-            ids::INDUCTION,
-            "layer 1's mass on keys that follow the current token (doubly stochastic prior, S = 2)",
-            format!("{:.3} (init {ind0:.3}, uniform {iu:.3})", f.fin.induction),
-            "not judged: at S = 2 the Bayes predictor of this prior counts stays and needs no induction head (docs/markov-icl.md, \"Verdicts\")",
-        );
-    } else {
-        s.verdict(
-        ids::INDUCTION,
-        "layer 1 forms a statistical induction head (control: at init, uniform)",
-        &format!("mass on matching keys > uniform {iu:.3} + ½(1 − uniform); at init < uniform + 0.1(1 − uniform)"),
-        "Edelman et al. 2024: the second layer attends to the tokens that followed earlier occurrences of the current token (Fig. 3); the half-way bar is ours (docs/markov-icl.md; the authors' algorithm scores 0.77–0.93 on the runs that leave the plateau)",
-        format!("{:.3} (init {ind0:.3})", f.fin.induction),
-        f.fin.induction > iu + 0.5 * (1.0 - iu) && ind0 < iu + 0.1 * (1.0 - iu),
-    );
-    }
-    let mut compare_line = String::new();
-    if let Some(c) = &f.control {
-        let td = c.t_bayes();
-        if let Some(t) = td {
-            s.metric("t_bayes.doubly_stochastic", t as f64);
-        }
-        if let Some(t) = c.t_within(0.25) {
-            s.metric("t_quarter.doubly_stochastic", t as f64);
-        }
-        s.verdict(
-            ids::DOUBLY,
-            "a doubly stochastic prior (unigrams useless) shortens the plateau",
-            "t_bayes (loss within 0.1·(uniform − Bayes) of Bayes) earlier than with the Dirichlet prior",
-            "the authors' README, finding 3: \"removing the usefulness of unigrams leads to faster convergence\"; t_bayes is our measure of convergence. Evidence (docs/markov-icl.md, \"Findings\"): at S = 2 the doubly stochastic runs split, early or stuck, in mechlab and in the authors' algorithm with a correct sampler alike; at S = 3 in the authors' setting it is faster in 3 of 3 seeds",
-            format!("doubly stochastic {}, Dirichlet {}", fmt_step(td), fmt_step(t_bayes)),
-            match (td, t_bayes) {
-                (Some(a), Some(b)) => a < b,
-                (Some(_), None) => true,
-                _ => false,
-            },
-        );
-        compare_line = format!("| t_bayes, doubly stochastic prior | {} |\n", fmt_step(td));
-    }
-
     ctx.notes(&format!(
         "## Setting\n\nS = {}, n = {order} ({:?} prior, α = {}), T = {}, batch {} fresh sequences per step, \
          {}, {} steps of {:?} at lr {}{}, dtype {:?}{}.\n\n\
@@ -411,10 +337,10 @@ pub fn finish(
         cfg.train.total_steps(), cfg.train.optimizer, cfg.train.lr, lr_scale_line(cfg), cfg.model.dtype,
         if cfg.data.shuffle { ", tokens shuffled within each sequence (control)" } else { "" },
         f.fin.loss, names.join(" / "), round3(&f.base).iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" / "),
-        phase_names.join(" → "), fmt_step(t_bayes), round3(&best_prev), f.fin.induction,
+        phase_names.join(" → "), fmt_step(t_bayes), round3(best_prev), f.fin.induction,
         phase_line(Some(phase_all)), phase_line(phase_last), cfg.probe.n_eval,
     ))?;
-    Ok(s)
+    Ok(())
 }
 
 /// Phase times as one table cell.
@@ -452,16 +378,6 @@ fn lr_scale_line(cfg: &MarkovConfig) -> String {
         .collect()
 }
 
-fn round3(v: &[f64]) -> Vec<f64> {
+pub(super) fn round3(v: &[f64]) -> Vec<f64> {
     v.iter().map(|x| (x * 1000.0).round() / 1000.0).collect()
-}
-
-/// The verdicts' stable ids.
-pub mod ids {
-    pub const LOSS: &str = "markov-icl.loss-near-bayes";
-    pub const NEAREST: &str = "markov-icl.ends-at-ngram";
-    pub const PHASES: &str = "markov-icl.phases";
-    pub const PREV: &str = "markov-icl.previous-token-head";
-    pub const INDUCTION: &str = "markov-icl.induction-head";
-    pub const DOUBLY: &str = "markov-icl.doubly-stochastic-faster";
 }
