@@ -76,6 +76,18 @@ fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
+/// The four topic labellings every probe runs with: our LDA's, the gold
+/// article labels', and a shuffled control of each.
+type Sources<'a> = [(&'static str, &'a Vec<usize>); 4];
+
+/// The attention probes over the held-out sections, and what the forward cost.
+struct AttentionRun {
+    probes: Vec<AttentionProbe>,
+    docs: usize,
+    n_tokens: usize,
+    fwd_secs: f64,
+}
+
 pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, ExperimentError> {
     if !cfg.wiki.enabled {
         return Err(data_err(
@@ -88,7 +100,6 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
     let mut bert = Bert::load(dir).map_err(data_err)?;
     let tok = PretrainedTokenizer::from_dir(dir).map_err(data_err)?;
     let load_secs = t_load.elapsed().as_secs_f64();
-    let (nl, nh) = (bert.config.n_layers, bert.config.n_heads);
     let wt = wiki_topics(&cfg.wiki, seed)?;
     let index: HashMap<&str, usize> = wt
         .corpus
@@ -106,25 +117,69 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
         ("gold", &wt.gold),
         ("gold_shuffled", &gold_ctrl),
     ];
+    let emb = embeddings(cfg, &bert, &tok, &index, &sources, seed);
+    let ar = attention(cfg, &mut bert, &tok, &wt, &index, &sources)?;
+    let (s, table) = summary(cfg, seed, &emb, &ar, load_secs, wt.lda_seconds);
+    for (src, (e, a, ac)) in [
+        ("lda", (&emb[0], &ar.probes[0], &ar.probes[1])),
+        ("gold", (&emb[2], &ar.probes[2], &ar.probes[3])),
+    ] {
+        gap_figures(ctx, src, a, ac, e)?;
+    }
+    let (docs, n_tokens, fwd_secs, cm) = (ar.docs, ar.n_tokens, ar.fwd_secs, cfg.probe.control_max);
+    sentence_figures(ctx, cfg, &mut bert, &tok, &wt, &index, &ar.probes[0])?;
+    ctx.artifact(
+        "lda_topics.json",
+        &serde_json::json!({ "top_words": wt.top_words, "gold_topics": wt.corpus.gold_names }),
+    )?;
+    ctx.notes(&format!(
+        "## Topic probes on `{}`\n\n{} held-out lead sections ({} pieces, at most {} each) of `{}`; our LDA ({} topics, {} Gibbs sweeps, {:.0} s) on the other articles' content words; \
+         {} words with an LDA topic and {} with a gold topic. Embedding probe: all pairs of topic words in the model's vocabulary plus {} random pairs with a topic-less word. \
+         \"Near zero\" for a shuffled control means below {} × the real gap. Forward pass with the attention cache: {:.0} tokens/s.\n\n{table}\nLDA top words: {}\n",
+        cfg.model.path, docs, n_tokens, cfg.model.max_len, cfg.wiki.file, cfg.wiki.lda_topics, cfg.wiki.lda_iterations, wt.lda_seconds,
+        wt.lda.iter().filter(|&&t| t != usize::MAX).count(), wt.gold.iter().filter(|&&t| t != usize::MAX).count(),
+        cfg.probe.random_pairs, cm, n_tokens as f64 / fwd_secs.max(1e-9),
+        wt.top_words.iter().map(|t| t[..5.min(t.len())].join(" ")).collect::<Vec<_>>().join(" | "),
+    ))?;
+    Ok(s)
+}
 
-    // --- embeddings ---
+/// The embedding probe of each topic labelling on the model's word embeddings.
+fn embeddings(
+    cfg: &TopicBertConfig,
+    bert: &Bert,
+    tok: &PretrainedTokenizer,
+    index: &HashMap<&str, usize>,
+    sources: &Sources<'_>,
+    seed: u64,
+) -> Vec<EmbeddingProbe> {
     let v = bert.config.d_vocab.min(tok.vocab_size());
-    let emb: Vec<EmbeddingProbe> = sources
+    sources
         .iter()
         .enumerate()
         .map(|(k, (_, topics))| {
             embedding_probe(
                 &bert.weights.word,
                 bert.config.d_model,
-                &vocab_topics(&tok, v, &index, topics),
+                &vocab_topics(tok, v, index, topics),
                 cfg.probe.random_pairs,
                 20_000,
                 &mut substream(seed, Stream::Sample, 10 + k as u64),
             )
         })
-        .collect();
+        .collect()
+}
 
-    // --- attention on held-out lead sections ---
+/// The attention probe of each topic labelling on the held-out lead sections.
+fn attention(
+    cfg: &TopicBertConfig,
+    bert: &mut Bert,
+    tok: &PretrainedTokenizer,
+    wt: &super::WikiTopics,
+    index: &HashMap<&str, usize>,
+    sources: &Sources<'_>,
+) -> Result<AttentionRun, ExperimentError> {
+    let (nl, nh) = (bert.config.n_layers, bert.config.n_heads);
     let docs = wt
         .dev_idx
         .iter()
@@ -132,7 +187,7 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
         .map(|&i| tok.encode(&wt.texts[i], cfg.model.max_len))
         .collect::<Result<Vec<_>, _>>()
         .map_err(data_err)?;
-    let words: Vec<_> = docs.iter().map(|e| piece_words(e, &index)).collect();
+    let words: Vec<_> = docs.iter().map(|e| piece_words(e, index)).collect();
     let mut att: Vec<AttentionProbe> = (0..4).map(|_| AttentionProbe::new(nl, nh)).collect();
     let names: Vec<String> = (0..nl)
         .map(|l| format!("blocks.{l}.attn.hook_pattern"))
@@ -155,24 +210,43 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
                 .map(|n| &cache[n].data[b * per..(b + 1) * per])
                 .collect();
             let (key, voc) = &words[i];
-            for (p, (_, topics)) in att.iter_mut().zip(&sources) {
+            for (p, (_, topics)) in att.iter_mut().zip(sources) {
                 p.add(&pats, t, lens[i], &piece_topics(voc, topics), key);
             }
         }
     }
+    Ok(AttentionRun {
+        probes: att,
+        docs: docs.len(),
+        n_tokens,
+        fwd_secs,
+    })
+}
 
-    // --- summary ---
+/// The metrics and verdicts (embedding and attention gaps, each with its
+/// shuffled control), and the per-layer table of the notes.
+fn summary(
+    cfg: &TopicBertConfig,
+    seed: u64,
+    emb: &[EmbeddingProbe],
+    ar: &AttentionRun,
+    load_secs: f64,
+    lda_seconds: f64,
+) -> (Summary, String) {
+    let att = &ar.probes;
+    let (nl, nh) = (att[0].n_layers, att[0].n_heads);
+    let (docs, n_tokens, fwd_secs) = (ar.docs, ar.n_tokens, ar.fwd_secs);
     let mut s = Summary::new("topic-bert", seed);
     let cm = cfg.probe.control_max;
     for (k, x) in [
-        ("docs", docs.len() as f64),
+        ("docs", docs as f64),
         ("tokens", n_tokens as f64),
         (
             "forward_tokens_per_second",
             n_tokens as f64 / fwd_secs.max(1e-9),
         ),
         ("load_seconds", load_secs),
-        ("lda_seconds", wt.lda_seconds),
+        ("lda_seconds", lda_seconds),
     ] {
         s.metric(k, x);
     }
@@ -259,23 +333,8 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
             format!("{mc:.2e} vs {mg:.2e}"),
             mg > 0.0 && mc.abs() < cm * mg,
         );
-        gap_figures(ctx, src, a, ac, e)?;
     }
-    sentence_figures(ctx, cfg, &mut bert, &tok, &wt, &index, &att[0])?;
-    ctx.artifact(
-        "lda_topics.json",
-        &serde_json::json!({ "top_words": wt.top_words, "gold_topics": wt.corpus.gold_names }),
-    )?;
-    ctx.notes(&format!(
-        "## Topic probes on `{}`\n\n{} held-out lead sections ({} pieces, at most {} each) of `{}`; our LDA ({} topics, {} Gibbs sweeps, {:.0} s) on the other articles' content words; \
-         {} words with an LDA topic and {} with a gold topic. Embedding probe: all pairs of topic words in the model's vocabulary plus {} random pairs with a topic-less word. \
-         \"Near zero\" for a shuffled control means below {} × the real gap. Forward pass with the attention cache: {:.0} tokens/s.\n\n{table}\nLDA top words: {}\n",
-        cfg.model.path, docs.len(), n_tokens, cfg.model.max_len, cfg.wiki.file, cfg.wiki.lda_topics, cfg.wiki.lda_iterations, wt.lda_seconds,
-        wt.lda.iter().filter(|&&t| t != usize::MAX).count(), wt.gold.iter().filter(|&&t| t != usize::MAX).count(),
-        cfg.probe.random_pairs, cm, n_tokens as f64 / fwd_secs.max(1e-9),
-        wt.top_words.iter().map(|t| t[..5.min(t.len())].join(" ")).collect::<Vec<_>>().join(" | "),
-    ))?;
-    Ok(s)
+    (s, table)
 }
 
 /// Attention heatmaps of a few held-out first sentences with several topic words,
