@@ -26,6 +26,7 @@ pub mod probes;
 pub mod report;
 pub mod synthetic;
 pub mod training;
+pub mod verdicts;
 pub mod wiki;
 pub mod wiki_data;
 

@@ -1,4 +1,5 @@
-//! Figures, notes and verdicts of the topic experiment ([`super::topic`]).
+//! Figures and notes of the topic experiment; its verdicts are in
+//! [`super::verdicts`].
 //!
 //! Everything here reads the finished run: the best checkpoint's probes
 //! ([`FinalProbes`]) and the probe / dev-loss curves logged during training.
@@ -14,6 +15,7 @@ use crate::run::metrics::series;
 use crate::run::summary::Summary;
 use crate::run::RunCtx;
 use mechlab_report::{Figure, Series};
+use serde_json::{Map, Value};
 
 /// The authors' committed demo outputs (topic-value with the BERT embedding block).
 pub const PAPER_DEV_LOSS_EPOCH0: f64 = 4.80;
@@ -57,143 +59,35 @@ pub fn report(
     f: &FinalProbes,
 ) -> Result<Summary, ExperimentError> {
     let records = ctx.records()?;
+    let dev = series(&records, "dev", "dev_loss");
+    let dev0 = dev.1.first().copied().unwrap_or(f64::NAN);
+    let best = f.early.best_loss;
+    let best_epoch = (f.early.best_step as f64 / f.spe as f64).round();
+    let s = super::verdicts::summary(cfg, ctx.seed(), f, &records, dev0);
+    figures(ctx, cfg, lda, f, &records)?;
+    ctx.notes(&notes(cfg, f, dev0, best, best_epoch))?;
+    Ok(s)
+}
+
+/// The loss curves, the Gram heatmaps, the gaps over training (with their
+/// shuffled controls), the attention entropy and the topic-to-topic attention.
+fn figures(
+    ctx: &mut RunCtx,
+    cfg: &TopicConfig,
+    lda: &LdaModel,
+    f: &FinalProbes,
+    records: &[Map<String, Value>],
+) -> Result<(), ExperimentError> {
     let p = &f.probes;
     let m = &cfg.model;
     let value_trained = m.value == ValueKind::Trained;
     let emb_trained = m.embedding == EmbedKind::Trained;
     let attn_trained = m.attention == AttnKind::Trained;
-    let mut s = Summary::new("topic", ctx.seed());
-    let first_dev = series(&records, "dev", "dev_loss");
-    let dev0 = first_dev.1.first().copied().unwrap_or(f64::NAN);
-    let best = f.early.best_loss;
-    let best_epoch = (f.early.best_step as f64 / f.spe as f64).round();
-    for (k, v) in [
-        ("dev_loss_first_eval", dev0),
-        ("dev_loss_best", best),
-        ("best_epoch", best_epoch),
-        ("stopped_epoch", f.stopped_at as f64 / f.spe as f64),
-        ("test_loss", f.test_loss),
-        ("bayes_bound", f.bound),
-        ("value_same", p.value.same),
-        ("value_diff", p.value.diff),
-        ("embedding_same", p.embedding.same),
-        ("embedding_diff", p.embedding.diff),
-        ("attention_entropy", p.attention.entropy),
-        ("attention_entropy_uniform", p.attention.entropy_uniform),
-    ]
-    .into_iter()
-    // Summary metrics are a sorted map, so where the shared gaps join is free.
-    .chain(p.gap_metrics())
-    {
-        s.metric(k, v);
-    }
-    // --- verdicts ---
-    let cm = cfg.probe.control_max;
-    const GAP_SOURCE: &str = "Li, Li, Risteski 2023: same-topic words get similar value columns and embeddings and attend to each other (their results on W_V, E and attention); shuffled topic labels have expected gap 0, and control_max (0.2) is our margin for sampling noise (docs/topic.md)";
-    if cfg.probe.expect_bound {
-        s.verdict(
-            "topic.bayes-bound",
-            "the MLM dev loss approaches the Bayes bound log(words per topic) + E[H(θ)] from above",
-            &format!(
-                "{:.3} ≤ best dev loss ≤ {:.3} + {}",
-                f.bound, f.bound, cfg.probe.bound_gap_max
-            ),
-            "the bound E[H(θ)] + mean_t H(β_t) is derived in docs/topic.md (\"Probes\"); the authors' demo ends 0.25 above it (paper 3.395 against 3.149); the upper margin probe.bound_gap_max (0.4) is ours, above that",
-            format!("{best:.4}"),
-            best >= f.bound - 0.02 && best <= f.bound + cfg.probe.bound_gap_max,
-        );
-    } else {
-        // Frozen parts cap the logits (block values with the identity decoder give
-        // logits in [0, 1]), so only improvement is expected.
-        s.verdict(
-            "topic.loss-falls",
-            "training the trainable parts lowers the dev loss (frozen parts keep it far above the Bayes bound)",
-            "best dev loss < dev loss after the first update",
-            "derivation: with the value blocks frozen and the decoder the identity the logits lie in [0, 1], so the bound cannot be reached (docs/topic.md); what remains predictable is that training the free parts lowers the loss",
-            format!("{best:.4} vs {dev0:.4} (bound {:.3})", f.bound),
-            best < dev0,
-        );
-    }
-    let gap_verdict = |s: &mut Summary, id: &str, what: &str, g: f64, c: f64| {
-        s.verdict(
-            id,
-            &format!("{what}: same-topic entries exceed different-topic ones; shuffled topics show no gap"),
-            &format!("gap > 0 and |control| < {cm} · gap"),
-            GAP_SOURCE,
-            format!("gap {g:.4}, control {c:.4}"),
-            g > 0.0 && c.abs() < cm * g,
-        );
-    };
-    if value_trained {
-        gap_verdict(
-            &mut s,
-            "topic.value-gap",
-            "value matrix column Gram W_Vᵀ W_V",
-            p.value.gap,
-            p.value_control.gap,
-        );
-    }
-    if emb_trained {
-        gap_verdict(
-            &mut s,
-            "topic.embedding-gap",
-            "embedding Gram E Eᵀ",
-            p.embedding.gap,
-            p.embedding_control.gap,
-        );
-    }
-    if attn_trained {
-        gap_verdict(
-            &mut s,
-            "topic.attention-gap",
-            "attention between dev-document words",
-            p.attention.pairs.gap,
-            p.attention_control.pairs.gap,
-        );
-        s.verdict(
-            "topic.same-topic-mass",
-            "a word's attention mass on same-topic words exceeds uniform attention's",
-            "same-topic mass > same-topic share of keys",
-            "Li, Li, Risteski 2023: attention puts more weight on same-topic words; uniform attention's mass is the share of same-topic keys (derived, no margin)",
-            format!(
-                "{:.3} vs {:.3}",
-                p.attention.same_mass, p.attention.same_mass_uniform
-            ),
-            p.attention.same_mass > p.attention.same_mass_uniform,
-        );
-    }
-    if let Some(c) = &f.causal {
-        super::causal::verdict(c, &mut s);
-    }
-    let (px, vg) = series(&records, "probe", "value_gap");
-    let (_, ag) = series(&records, "probe", "attention_gap");
-    let (_, ent) = series(&records, "probe", "attention_entropy");
-    let (_, ent_u) = series(&records, "probe", "attention_entropy_uniform");
-    if value_trained && attn_trained {
-        let tv = time_to_fraction(&px, &vg, 0.5);
-        let ta = time_to_fraction(&px, &ag, 0.5);
-        let ent_at_tv = tv
-            .and_then(|t| px.iter().position(|x| *x == t))
-            .map(|i| ent[i] / ent_u[i].max(1e-12))
-            .unwrap_or(f64::NAN);
-        s.metric("two_stage_value_half_step", tv.unwrap_or(f64::NAN));
-        s.metric("two_stage_attention_half_step", ta.unwrap_or(f64::NAN));
-        s.metric("two_stage_entropy_ratio_at_value_half", ent_at_tv);
-        s.verdict(
-            "topic.two-stage",
-            "two stages: the value matrix's blocks form first while attention stays near uniform, then attention aligns with topics",
-            "step(value gap ≥ ½ final) < step(attention gap ≥ ½ final), entropy then ≥ 0.95 · uniform",
-            "Li, Li, Risteski 2023, the two-stage dynamics (values first under near-uniform attention, then attention); the half-way crossings and the 0.95 entropy ratio are our reading of \"first\" and \"near uniform\" (docs/topic.md)",
-            format!(
-                "value ½ at {}, attention ½ at {}, entropy ratio {ent_at_tv:.3}",
-                step_or_never(tv),
-                step_or_never(ta)
-            ),
-            matches!((tv, ta), (Some(a), Some(b)) if a < b) && ent_at_tv >= 0.95,
-        );
-    }
-    // --- figures ---
-    let (tx, ty) = series(&records, "train", "loss");
+    let first_dev = series(records, "dev", "dev_loss");
+    let (px, _) = series(records, "probe", "value_gap");
+    let (_, ent) = series(records, "probe", "attention_entropy");
+    let (_, ent_u) = series(records, "probe", "attention_entropy_uniform");
+    let (tx, ty) = series(records, "train", "loss");
     let (dx, dy) = first_dev;
     ctx.figure(
         &Figure::lines("loss", "MLM loss", "step", "cross-entropy (nats)")
@@ -239,11 +133,11 @@ pub fn report(
         ("attention_gap", "attention (×100)", attn_trained),
     ] {
         if on {
-            let (x, mut y) = series(&records, "probe", key);
+            let (x, mut y) = series(records, "probe", key);
             if key == "attention_gap" {
                 y.iter_mut().for_each(|v| *v *= 100.0);
             }
-            let (_, mut c) = series(&records, "probe", &format!("{key}_control"));
+            let (_, mut c) = series(records, "probe", &format!("{key}_control"));
             if key == "attention_gap" {
                 c.iter_mut().for_each(|v| *v *= 100.0);
             }
@@ -269,8 +163,7 @@ pub fn report(
                 .caption("Mean attention mass a word of topic a (row) puts on words of topic b (column), on dev documents."),
         )?;
     }
-    ctx.notes(&notes(cfg, f, dev0, best, best_epoch))?;
-    Ok(s)
+    Ok(())
 }
 
 fn notes(cfg: &TopicConfig, f: &FinalProbes, dev0: f64, best: f64, best_epoch: f64) -> String {
@@ -300,7 +193,7 @@ fn notes(cfg: &TopicConfig, f: &FinalProbes, dev0: f64, best: f64, best_epoch: f
     if let Some(c) = &f.causal {
         n += &format!(
             "\n## Causal check: uniform attention\n\nDev loss on the first {} dev documents through the hook points, \
-             `blocks.0.attn.hook_pattern` patched (prediction fixed before measuring: Δ uniform ≥ 1 % of trained, Δ permuted ≥ ½ Δ uniform, Δ own = 0).\n\n\
+             `blocks.0.attn.hook_pattern` patched (prediction: Δ uniform > 0, Δ permuted > 0, Δ own = 0 exactly; the paper gives no size).\n\n\
              | pattern | dev loss | Δ vs trained |\n|---|---|---|\n\
              | trained (no hook; fused kernel {:.5}) | {:.5} | — |\n\
              | uniform over visible keys | {:.5} | {:+.5} |\n\
@@ -310,9 +203,4 @@ fn notes(cfg: &TopicConfig, f: &FinalProbes, dev0: f64, best: f64, best_epoch: f
         );
     }
     n
-}
-
-/// A step as a verdict shows it: the number, or "never" when the curve never got there.
-fn step_or_never(step: Option<f64>) -> String {
-    step.map_or_else(|| "never".to_string(), |s| format!("step {s}"))
 }
