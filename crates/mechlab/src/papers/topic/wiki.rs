@@ -12,7 +12,7 @@
 use super::config::TopicConfig;
 use super::training::{dev_loss, measure, Probes, TopicRun};
 use crate::experiment::ExperimentError;
-use crate::papers::topic::data::mask_docs;
+use crate::papers::topic::data::{mask_docs, MlmSet};
 use crate::papers::topic::probes::shuffled_topics;
 use crate::papers::topic::wiki_data::{build, WikiCorpus};
 use crate::rng::{substream, Stream};
@@ -73,7 +73,18 @@ fn unigram_perplexity(train: &[Vec<u32>], docs: &[Vec<u32>], v: usize) -> f64 {
     (-ll / n.max(1) as f64).exp()
 }
 
-pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, ExperimentError> {
+/// The articles split into training and dev documents, masked.
+struct WikiData {
+    path: std::path::PathBuf,
+    articles: usize,
+    corpus: WikiCorpus,
+    train_idx: Vec<usize>,
+    dev_idx: Vec<usize>,
+    train: MlmSet,
+    dev: MlmSet,
+}
+
+fn wiki_data(cfg: &TopicConfig, seed: u64) -> Result<WikiData, ExperimentError> {
     let w = &cfg.wiki;
     let path = if std::path::Path::new(&w.file).is_absolute() {
         std::path::PathBuf::from(&w.file)
@@ -96,7 +107,6 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         w.max_len,
         &w.exclude_topics,
     );
-    let seed = ctx.seed();
     let mut idx: Vec<usize> = (0..corpus.docs.len()).collect();
     idx.shuffle(&mut substream(seed, Stream::Data, 20));
     let (dev_idx, train_idx) = idx.split_at(w.n_dev);
@@ -115,8 +125,39 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         v,
         &mut substream(seed, Stream::Data, 22),
     );
+    Ok(WikiData {
+        path,
+        articles: articles.len(),
+        train_idx: train_idx.to_vec(),
+        dev_idx: dev_idx.to_vec(),
+        corpus,
+        train,
+        dev,
+    })
+}
 
-    // --- our LDA on the training articles' content words ---
+/// Our LDA on the training articles, its word topics and the gold ones, each
+/// with its shuffled control.
+struct WikiTopics {
+    lda_topics: Vec<usize>,
+    gold_topics: Vec<usize>,
+    lda_control: Vec<usize>,
+    gold_control: Vec<usize>,
+    top: Vec<Vec<String>>,
+    perplexity: f64,
+    unigram: f64,
+    seconds: f64,
+}
+
+fn wiki_topics(
+    cfg: &TopicConfig,
+    seed: u64,
+    d: &WikiData,
+    ctx: &mut RunCtx,
+) -> Result<WikiTopics, ExperimentError> {
+    let w = &cfg.wiki;
+    let (corpus, train_idx, dev_idx) = (&d.corpus, &d.train_idx[..], &d.dev_idx[..]);
+    let v = corpus.vocab.len();
     let t0 = std::time::Instant::now();
     let (lda_docs, dense_to_vocab) = corpus.content_docs(train_idx);
     let (held_docs, _) = corpus.content_docs(dev_idx);
@@ -152,11 +193,59 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         })
         .collect();
     ctx.artifact("lda_topics.json", &serde_json::json!({ "perplexity": ppl.perplexity, "unigram_perplexity": uni, "top_words": top, "gold_topics": corpus.gold_names }))?;
+    Ok(WikiTopics {
+        lda_topics,
+        gold_topics,
+        lda_control,
+        gold_control,
+        top,
+        perplexity: ppl.perplexity,
+        unigram: uni,
+        seconds: lda_secs,
+    })
+}
 
-    // --- the MLM ---
+pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, ExperimentError> {
+    let seed = ctx.seed();
+    let d = wiki_data(cfg, seed)?;
+    let t = wiki_topics(cfg, seed, &d, ctx)?;
+    let (run, fitted, pl, pg) = train::<T>(cfg, seed, &d, &t, ctx)?;
+    let s = summary(cfg, seed, &d, &t, &run, fitted.steps, &pl, &pg);
+    figures(ctx)?;
+    let (w, v, articles, path) = (&cfg.wiki, d.corpus.vocab.len(), d.articles, &d.path);
+    let (ppl, uni, top) = (t.perplexity, t.unigram, &t.top);
+    let n_lda = t.lda_topics.iter().filter(|t| **t != usize::MAX).count();
+    let n_gold = t.gold_topics.iter().filter(|t| **t != usize::MAX).count();
+    ctx.notes(&format!(
+        "## Wikipedia setting\n\n{} articles from `{}`; vocabulary {} ({} most frequent words seen ≥ {} times, + specials and UNK), documents truncated to {} tokens, {} dev articles. \
+         LDA: {} topics, α = {}, β = {}, {} Gibbs sweeps ({} burn-in), seed {}; held-out perplexity {:.0} (unigram {:.0}), {} words with an LDA topic and {} with a gold topic (≥ {} occurrences). \
+         Model: embedding {}, attention {}, value {}, decoder {}; d_model {}. Best dev loss {:.3} (uniform prediction: {:.3}).\n\nLDA top words: {}\n",
+        articles, path.display(), v, w.n_words, w.min_count, w.max_len, w.n_dev,
+        w.lda_topics, w.lda_alpha, w.lda_beta, w.lda_iterations, w.lda_burn_in, seed, ppl, uni, n_lda, n_gold, w.topic_min_count,
+        crate::config::name_of(&cfg.model.embedding), crate::config::name_of(&cfg.model.attention),
+        crate::config::name_of(&cfg.model.value), crate::config::name_of(&cfg.model.decoder), run.model.d_model(), run.early.best_loss, (v as f64).ln(),
+        top.iter().map(|t| t[..6.min(t.len())].join(" ")).collect::<Vec<_>>().join(" | "),
+    ))?;
+    Ok(s)
+}
+
+/// The MLM, trained with the LDA- and gold-topic probes, at its best checkpoint,
+/// and the final probes.
+fn train<T: Float>(
+    cfg: &TopicConfig,
+    seed: u64,
+    d: &WikiData,
+    t: &WikiTopics,
+    ctx: &mut RunCtx,
+) -> Result<(TopicRun<T>, crate::train::Fitted, Probes, Probes), ExperimentError> {
+    let w = &cfg.wiki;
+    let (corpus, train, dev) = (&d.corpus, d.train.clone(), &d.dev);
+    let v = corpus.vocab.len();
+    let (lda_topics, gold_topics) = (&t.lda_topics, &t.gold_topics);
+    let (lda_control, gold_control) = (&t.lda_control, &t.gold_control);
     let max_len = train.max_len().max(dev.max_len());
     let model =
-        crate::papers::topic::model::TopicMlm::<T>::new(&cfg.model, v, &lda_topics, max_len, seed)
+        crate::papers::topic::model::TopicMlm::<T>::new(&cfg.model, v, lda_topics, max_len, seed)
             .map_err(data_err)?;
     let mut run = TopicRun::new(
         model,
@@ -177,17 +266,17 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
             "probe",
             s,
             "lda_",
-            &measure(&r.model, &dev, docs, nl, &lda_topics, &lda_control),
+            &measure(&r.model, dev, docs, nl, lda_topics, lda_control),
         )?;
         log(
             ctx,
             "probe",
             s,
             "gold_",
-            &measure(&r.model, &dev, docs, ng, &gold_topics, &gold_control),
+            &measure(&r.model, dev, docs, ng, gold_topics, gold_control),
         )?;
         if r.eval_due(s, every, total) {
-            let dl = dev_loss(&mut r.model, &dev, batch);
+            let dl = dev_loss(&mut r.model, dev, batch);
             r.observe(s, dl);
             ctx.log(
                 "dev",
@@ -199,28 +288,44 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
     };
     let fitted = fit(&mut run, &cfg.train, ctx, &mut probe)?;
     run.restore_best();
-    let pl = measure(&run.model, &dev, docs, nl, &lda_topics, &lda_control);
-    let pg = measure(&run.model, &dev, docs, ng, &gold_topics, &gold_control);
+    let pl = measure(&run.model, dev, docs, nl, lda_topics, lda_control);
+    let pg = measure(&run.model, dev, docs, ng, gold_topics, gold_control);
+    Ok((run, fitted, pl, pg))
+}
 
-    // --- summary ---
+/// The metrics, the gap verdicts with both topic labellings, and the LDA check.
+#[allow(clippy::too_many_arguments)]
+fn summary<T: Float>(
+    cfg: &TopicConfig,
+    seed: u64,
+    d: &WikiData,
+    t: &WikiTopics,
+    run: &TopicRun<T>,
+    stopped: u64,
+    pl: &Probes,
+    pg: &Probes,
+) -> Summary {
+    let (v, articles) = (d.corpus.vocab.len(), d.articles);
+    let (lda_topics, gold_topics) = (&t.lda_topics, &t.gold_topics);
+    let (ppl_value, uni, lda_secs) = (t.perplexity, t.unigram, t.seconds);
     let mut s = Summary::new("topic", seed);
     let n_lda = lda_topics.iter().filter(|t| **t != usize::MAX).count();
     let n_gold = gold_topics.iter().filter(|t| **t != usize::MAX).count();
     for (k, x) in [
-        ("articles", articles.len() as f64),
+        ("articles", articles as f64),
         ("vocab", v as f64),
         ("words_with_lda_topic", n_lda as f64),
         ("words_with_gold_topic", n_gold as f64),
-        ("lda_perplexity", ppl.perplexity),
+        ("lda_perplexity", ppl_value),
         ("unigram_perplexity", uni),
         ("lda_seconds", lda_secs),
         ("dev_loss_best", run.early.best_loss),
-        ("stopped_step", fitted.steps as f64),
+        ("stopped_step", stopped as f64),
         ("unigram_mlm_loss", (v as f64).ln()),
     ] {
         s.metric(k, x);
     }
-    for (tag, p) in [("lda", &pl), ("gold", &pg)] {
+    for (tag, p) in [("lda", pl), ("gold", pg)] {
         for (k, x) in p.gap_metrics() {
             s.metric(&format!("{tag}_{k}"), x);
         }
@@ -254,10 +359,14 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
         "our LDA explains held-out articles better than a unigram model",
         "LDA perplexity < unigram perplexity (document completion, content words)",
         "a check of our Gibbs LDA, not of the paper: a topic model that fits must beat the unigram model it contains (Blei, Ng, Jordan 2003)",
-        format!("{:.0} vs {uni:.0}", ppl.perplexity),
-        ppl.perplexity < uni,
+        format!("{ppl_value:.0} vs {uni:.0}"),
+        ppl_value < uni,
     );
-    // --- figures ---
+    s
+}
+
+/// The loss curves and the gaps over training, with their shuffled controls.
+fn figures(ctx: &mut RunCtx) -> Result<(), ExperimentError> {
     let records = ctx.records()?;
     let (dx, dy) = series(&records, "dev", "dev_loss");
     let (tx, ty) = series(&records, "train", "loss");
@@ -310,15 +419,5 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
             );
     }
     ctx.figure(&gaps.caption("Gaps with our LDA's word topics and with gold topics from the article labels; dashed: shuffled-topic controls."))?;
-    ctx.notes(&format!(
-        "## Wikipedia setting\n\n{} articles from `{}`; vocabulary {} ({} most frequent words seen ≥ {} times, + specials and UNK), documents truncated to {} tokens, {} dev articles. \
-         LDA: {} topics, α = {}, β = {}, {} Gibbs sweeps ({} burn-in), seed {}; held-out perplexity {:.0} (unigram {:.0}), {} words with an LDA topic and {} with a gold topic (≥ {} occurrences). \
-         Model: embedding {}, attention {}, value {}, decoder {}; d_model {}. Best dev loss {:.3} (uniform prediction: {:.3}).\n\nLDA top words: {}\n",
-        articles.len(), path.display(), v, w.n_words, w.min_count, w.max_len, w.n_dev,
-        w.lda_topics, w.lda_alpha, w.lda_beta, w.lda_iterations, w.lda_burn_in, seed, ppl.perplexity, uni, n_lda, n_gold, w.topic_min_count,
-        crate::config::name_of(&cfg.model.embedding), crate::config::name_of(&cfg.model.attention),
-        crate::config::name_of(&cfg.model.value), crate::config::name_of(&cfg.model.decoder), run.model.d_model(), run.early.best_loss, (v as f64).ln(),
-        top.iter().map(|t| t[..6.min(t.len())].join(" ")).collect::<Vec<_>>().join(" | "),
-    ))?;
-    Ok(s)
+    Ok(())
 }
