@@ -333,3 +333,8 @@ pub fn find(name: &str) -> Option<&'static dyn Experiment> {
 pub fn find_preset(name: &str) -> Option<&'static Preset> {
     registry().find_preset(name)
 }
+
+/// Every registered paper's presets, in `mechlab list` order.
+pub fn all_presets() -> Vec<&'static Preset> {
+    registry().presets()
+}

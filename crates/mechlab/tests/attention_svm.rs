@@ -11,7 +11,7 @@ use std::path::Path;
 fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, ExperimentError> {
     let exp = find("attention-svm").unwrap();
     let mut table = exp.default_config();
-    let text = mechlab::config::presets::find(preset).unwrap().text;
+    let text = mechlab::experiment::find_preset(preset).unwrap().text;
     mechlab::config::overlay(&mut table, &mechlab::config::parse(text, preset)?, preset)?;
     for o in overrides {
         mechlab::config::apply_override(&mut table, o)?;

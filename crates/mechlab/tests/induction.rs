@@ -133,7 +133,7 @@ struct Outcome {
 fn run_short(overrides: &[&str]) -> Outcome {
     let exp = mechlab::experiment::find("induction").expect("registered");
     let mut table = exp.default_config();
-    let preset = mechlab::config::presets::find("induction-simplified").unwrap();
+    let preset = mechlab::experiment::find_preset("induction-simplified").unwrap();
     mechlab::config::overlay(
         &mut table,
         &mechlab::config::parse(preset.text, "preset").unwrap(),

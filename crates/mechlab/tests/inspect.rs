@@ -24,7 +24,7 @@ use viewer::viewer_matches_activations;
 fn train(experiment: &str, preset: &str, overrides: &[&str], dir: &Path) -> PathBuf {
     let exp = mechlab::experiment::find(experiment).unwrap();
     let mut t = exp.default_config();
-    let p = mechlab::config::presets::find(preset).unwrap();
+    let p = mechlab::experiment::find_preset(preset).unwrap();
     mechlab::config::overlay(
         &mut t,
         &mechlab::config::parse(p.text, preset).unwrap(),

@@ -35,7 +35,7 @@ fn run_preset_logged(
 ) -> (Summary, Vec<mechlab::run::metrics::Record>) {
     let exp = mechlab::experiment::find("markov-icl").expect("registered");
     let mut table = exp.default_config();
-    let preset = mechlab::config::presets::find(name).unwrap();
+    let preset = mechlab::experiment::find_preset(name).unwrap();
     mechlab::config::overlay(
         &mut table,
         &mechlab::config::parse(preset.text, "preset").unwrap(),

@@ -432,7 +432,7 @@ fn a_paper_from_another_crate_runs_through_every_command() {
     assert!(bad.contains("--patch") && bad.contains("μ zeroed"), "{bad}");
 
     // list: the paper's preset sits beside the built-in ones.
-    let names: Vec<&str> = mechlab::config::presets::all()
+    let names: Vec<&str> = mechlab::experiment::all_presets()
         .iter()
         .map(|p| p.name)
         .collect();

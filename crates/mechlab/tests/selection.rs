@@ -169,7 +169,7 @@ fn max_margin_solver_matches_the_closed_form() {
 fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, ExperimentError> {
     let exp = find("selection").unwrap();
     let mut table = exp.default_config();
-    let text = mechlab::config::presets::find(preset).unwrap().text;
+    let text = mechlab::experiment::find_preset(preset).unwrap().text;
     mechlab::config::overlay(&mut table, &mechlab::config::parse(text, preset)?, preset)?;
     for o in overrides {
         mechlab::config::apply_override(&mut table, o)?;
@@ -297,7 +297,7 @@ fn an_interrupted_run_resumes_to_the_same_result() {
     let a = run_preset("selection-synthetic", &over, &tmp.path().join("a")).unwrap();
     let exp = find("selection").unwrap();
     let mut table = exp.default_config();
-    let text = mechlab::config::presets::find("selection-synthetic")
+    let text = mechlab::experiment::find_preset("selection-synthetic")
         .unwrap()
         .text;
     mechlab::config::overlay(&mut table, &mechlab::config::parse(text, "p").unwrap(), "p").unwrap();

@@ -188,7 +188,7 @@ use std::path::Path;
 
 fn table(preset: &str, overrides: &[&str]) -> toml::Table {
     let exp = mechlab::experiment::find("topic").unwrap();
-    let p = mechlab::config::presets::find(preset).unwrap();
+    let p = mechlab::experiment::find_preset(preset).unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(
         &mut t,

@@ -16,7 +16,7 @@ fn model_dir() -> PathBuf {
 
 fn table(overrides: &[String]) -> toml::Table {
     let exp = mechlab::experiment::find("topic-bert").unwrap();
-    let p = mechlab::config::presets::find("topic-bert").unwrap();
+    let p = mechlab::experiment::find_preset("topic-bert").unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(
         &mut t,

@@ -11,7 +11,7 @@ pub mod slurm;
 pub mod sweep;
 pub mod sweep_folder;
 
-use crate::config::{self, presets, ConfigError};
+use crate::config::{self, ConfigError};
 use crate::experiment::{self, Experiment, ExperimentError, Prepared};
 use crate::run::progress::{Phase, Progress};
 use crate::run::summary::Summary;
@@ -36,7 +36,7 @@ pub fn resolve(
     overrides: &[String],
     seed: Option<u64>,
 ) -> Result<Resolved, ConfigError> {
-    let (file_table, file_label, label) = if let Some(p) = presets::find(source) {
+    let (file_table, file_label, label) = if let Some(p) = experiment::find_preset(source) {
         (
             config::parse(p.text, &format!("preset {}", p.name))?,
             format!("preset {}", p.name),
@@ -54,7 +54,7 @@ pub fn resolve(
     } else {
         return Err(ConfigError::UnknownSource {
             name: source.to_string(),
-            suggestion: config::closest(source, presets::all().iter().map(|p| p.name)),
+            suggestion: config::closest(source, experiment::all_presets().iter().map(|p| p.name)),
         });
     };
     let names = || {
@@ -174,6 +174,13 @@ pub fn resume_with_progress(
     quiet: bool,
     progress: Option<Arc<Progress>>,
 ) -> Result<Summary, ExperimentError> {
+    // The [train] and [run] sections are checked before the folder is touched
+    // (RunCtx::resume sets corrupt checkpoints aside and cuts the metrics back).
+    let cfg_path = dir.join("config.toml");
+    if cfg_path.exists() {
+        let table = config::read_file(&cfg_path)?;
+        crate::train::config::validate_sections(&table, &cfg_path.display().to_string())?;
+    }
     let (mut ctx, _) = RunCtx::resume(dir, quiet)?;
     ctx.progress = progress;
     ctx.set_phase(Phase::Setup);
@@ -193,7 +200,7 @@ pub fn resume_with_progress(
 
 /// `(name, experiment, description)` of every preset.
 pub fn list() -> Vec<(String, String, String)> {
-    presets::all()
+    experiment::all_presets()
         .into_iter()
         .map(|p| (p.name.to_string(), p.experiment(), p.description()))
         .collect()

@@ -75,7 +75,7 @@ pub fn open(
             sweep::resolve_run(spec, &keys, vals, *seed)?;
         }
     }
-    let is_preset = crate::config::presets::find(&spec.source).is_some();
+    let is_preset = crate::experiment::find_preset(&spec.source).is_some();
     let file_name = if is_preset {
         None
     } else {
@@ -160,8 +160,8 @@ fn read_plan(out: &Path) -> Result<Plan, SweepError> {
 /// words; empty when it is the same sweep.
 fn differences(old: &Plan, spec: &SweepSpec, version: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let recorded_is_preset = crate::config::presets::find(&old.source).is_some();
-    let new_is_preset = crate::config::presets::find(&spec.source).is_some();
+    let recorded_is_preset = crate::experiment::find_preset(&old.source).is_some();
+    let new_is_preset = crate::experiment::find_preset(&spec.source).is_some();
     match (recorded_is_preset, new_is_preset) {
         (true, true) if old.source != spec.source => out.push(format!(
             "the preset was {}, now {}",

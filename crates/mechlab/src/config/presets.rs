@@ -3,7 +3,8 @@
 //! Each lives in `crates/mechlab/presets/<name>.toml`, names its `experiment`, and
 //! carries a one-line `description`. A paper lists its own presets
 //! ([`crate::experiment::Paper::presets`], built with [`crate::preset!`]); the
-//! registry gathers them.
+//! registry gathers them ([`crate::experiment::all_presets`],
+//! [`crate::experiment::find_preset`]); this module knows no registry.
 
 /// An embedded preset.
 #[derive(Clone, Copy, Debug)]
@@ -26,16 +27,6 @@ macro_rules! preset {
             )),
         }
     };
-}
-
-/// Every registered paper's presets, in `mechlab list` order.
-pub fn all() -> Vec<&'static Preset> {
-    crate::experiment::registry().presets()
-}
-
-/// The registered preset called `name`.
-pub fn find(name: &str) -> Option<&'static Preset> {
-    crate::experiment::find_preset(name)
 }
 
 impl Preset {

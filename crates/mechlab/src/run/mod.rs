@@ -160,8 +160,6 @@ impl RunCtx {
             });
         }
         let config = config::read_file(&cfg_path)?;
-        let file = cfg_path.display().to_string();
-        crate::train::config::validate_sections(&config, &file)?;
         let from = newest_intact(&dir.join("checkpoints"))?;
         let step = from.as_ref().map(|(s, _)| *s).unwrap_or(0);
         let mpath = dir.join("metrics.jsonl");
