@@ -10,20 +10,19 @@ use crate::run::metrics;
 use crate::run::summary::Summary;
 
 pub fn summary(cfg: &MarkovConfig, seed: u64, f: &Finals, hist: &History) -> Summary {
-    let order = cfg.data.order;
-    let (names, recs, loss, ind) = (&hist.names, &hist.recs, &hist.loss, &hist.ind);
-    let (uniform, bayes, unigram, ngram) = (hist.uniform, hist.bayes, hist.unigram, hist.ngram);
-    let (t_first, phases, best_prev) = (&hist.t_first, &hist.phases, &hist.best_prev);
-    let (t_bayes, t_quarter, phase_all, phase_last) = (
-        hist.t_bayes,
-        hist.t_quarter,
-        hist.phase_all,
-        hist.phase_last,
-    );
-    let phase_names = hist.phase_names();
-    let n_probe = hist.steps.len();
-    let argmin = |i: usize| hist.argmin(i);
     let mut s = Summary::new("markov-icl", seed);
+    metrics(&mut s, f, hist);
+    strategy_verdicts(&mut s, cfg, f, hist);
+    head_verdicts(&mut s, cfg, f, hist);
+    prior_verdict(&mut s, f, hist);
+    s
+}
+
+/// The final and per-phase numbers.
+fn metrics(s: &mut Summary, f: &Finals, hist: &History) {
+    let names = &hist.names;
+    let (t_first, t_bayes, t_quarter) = (&hist.t_first, hist.t_bayes, hist.t_quarter);
+    let (phase_all, phase_last) = (hist.phase_all, hist.phase_last);
     s.metric("final_train_loss", f.fitted_loss);
     s.metric("eval_loss", f.fin.loss);
     for (n, v) in names.iter().zip(&f.base) {
@@ -58,6 +57,16 @@ pub fn summary(cfg: &MarkovConfig, seed: u64, f: &Finals, hist: &History) -> Sum
             s.metric(&format!("prev_token.h{h}.d{}", r + 1), *v);
         }
     }
+}
+
+/// The loss against Bayes, the nearest strategy at the end, and the phases.
+fn strategy_verdicts(s: &mut Summary, cfg: &MarkovConfig, f: &Finals, hist: &History) {
+    let (names, loss, phases) = (&hist.names, &hist.loss, &hist.phases);
+    let (uniform, bayes, unigram, ngram) = (hist.uniform, hist.bayes, hist.unigram, hist.ngram);
+    let t_first = &hist.t_first;
+    let phase_names = hist.phase_names();
+    let n_probe = hist.steps.len();
+    let argmin = |i: usize| hist.argmin(i);
     let span = uniform - bayes;
     let gap0 = loss.first().copied().unwrap_or(f64::NAN) - bayes;
     let gap = f.fin.loss - bayes;
@@ -114,6 +123,12 @@ pub fn summary(cfg: &MarkovConfig, seed: u64, f: &Finals, hist: &History) -> Sum
             uni_before && argmin(last) == ngram,
         );
     }
+}
+
+/// Layer 0's previous-token head and layer 1's statistical induction head.
+fn head_verdicts(s: &mut Summary, cfg: &MarkovConfig, f: &Finals, hist: &History) {
+    let order = cfg.data.order;
+    let (recs, ind, best_prev) = (&hist.recs, &hist.ind, &hist.best_prev);
     let pu = f.fin.prev_token_uniform;
     let init_prev: Vec<f64> = (1..order)
         .map(|r| {
@@ -180,6 +195,11 @@ pub fn summary(cfg: &MarkovConfig, seed: u64, f: &Finals, hist: &History) -> Sum
         f.fin.induction > iu + 0.5 * (1.0 - iu) && ind0 < iu + 0.1 * (1.0 - iu),
     );
     }
+}
+
+/// The doubly stochastic prior's plateau against the Dirichlet one's.
+fn prior_verdict(s: &mut Summary, f: &Finals, hist: &History) {
+    let t_bayes = hist.t_bayes;
     if let Some(c) = &f.control {
         let td = c.t_bayes();
         if let Some(t) = td {
@@ -201,7 +221,6 @@ pub fn summary(cfg: &MarkovConfig, seed: u64, f: &Finals, hist: &History) -> Sum
             },
         );
     }
-    s
 }
 
 /// The verdicts' stable ids.
