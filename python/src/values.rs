@@ -7,7 +7,6 @@
 
 use crate::errors::{self, Kind};
 use mechlab::commands::{self, Resolved};
-use mechlab::config::presets as preset_list;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
 
@@ -91,7 +90,10 @@ pub fn resolve(
 /// Every preset's name, in `mechlab list` order.
 #[pyfunction]
 pub fn presets() -> Vec<&'static str> {
-    preset_list::all().iter().map(|p| p.name).collect()
+    mechlab::experiment::all_presets()
+        .iter()
+        .map(|p| p.name)
+        .collect()
 }
 
 /// The resolved config of a preset or file, as JSON text.
