@@ -28,7 +28,6 @@ pub mod commands;
 pub mod config;
 pub mod experiment;
 pub mod inspect;
-pub mod intervene;
 pub mod papers;
 pub mod patching;
 pub mod pretrained;

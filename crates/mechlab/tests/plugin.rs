@@ -19,14 +19,12 @@ use mechlab::analysis::{
 };
 use mechlab::config::presets::Preset;
 use mechlab::experiment::{ExperimentError, Paper, Registry, ReproduceItem};
-use mechlab::intervene::{Axes, Site};
 use mechlab::rng::{stream, Stream};
 use mechlab::run::summary::Summary;
 use mechlab::run::{RunConfig, RunCtx};
 use mechlab::train::{fit, TrainConfig, Trainable};
-use mechlab_engine::hooks::{
-    Ablation, ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
-};
+use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookPoint, HookedModel, Tensor};
+use mechlab_engine::hooks::{Axes, Site};
 use mechlab_engine::{param, Param, Parameters};
 use mechlab_report::{Figure, Series};
 use rand::Rng;
@@ -135,22 +133,8 @@ impl HookedModel for MeanModel {
     fn output_layout(&self) -> String {
         "[batch]".into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        let points = self.hook_points();
-        let mut site = Site::new(&points, names, &[])?;
-        let y = self.forward(batch, &mut site)?;
-        Ok((y, site.finish()?))
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        let points = self.hook_points();
-        let mut site = Site::new(&points, &[], hooks)?;
-        let y = self.forward(batch, &mut site)?;
-        site.finish()?;
-        Ok(y)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        self.forward(batch, site)
     }
 }
 

@@ -17,7 +17,7 @@
 
 use super::encoder::{Bert, Site};
 use crate::hooks::{
-    check_names, Ablation, ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
+    Ablation, Batch, Hook, HookError, HookPoint, HookedModel, Site as HookSite, Tensor,
 };
 use crate::parallel::{chunk_range, for_each_chunk};
 
@@ -242,39 +242,12 @@ impl HookedModel for Bert {
         "[batch, pos, d_model]".into()
     }
 
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        check_names(&self.hook_points(), names)?;
+    /// The hooks are applied per chunk of sequences inside the f32 forward; a
+    /// `Mean` hook is first resolved to a patch by one forward up to its site.
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut HookSite) -> Result<Tensor, HookError> {
         self.check_batch(batch)?;
-        let sites = names
-            .iter()
-            .map(|n| self.site_of(n))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (out, tensors) = self.forward_batch(batch, &[], &sites);
-        let cache = names.iter().map(|n| n.to_string()).zip(tensors).collect();
-        Ok((out, cache))
-    }
-
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        Ok(self.run_with_hooks_and_cache(batch, hooks, &[])?.0)
-    }
-}
-
-impl Bert {
-    /// One forward with `hooks` applied (as [`HookedModel::run_with_hooks`]) that
-    /// also records `names` (as [`HookedModel::run_with_cache`]), each recorded
-    /// after the hooks that act on it: what an ablation does downstream.
-    pub fn run_with_hooks_and_cache(
-        &mut self,
-        batch: &Batch,
-        hooks: &[Hook],
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        check_names(&self.hook_points(), names)?;
-        self.check_batch(batch)?;
+        let hooks = site.hooks();
+        let names: Vec<&str> = site.names().to_vec();
         let wanted = names
             .iter()
             .map(|n| self.site_of(n))
@@ -309,7 +282,10 @@ impl Bert {
         }
         let all: Vec<(Site, &Hook)> = sites.iter().copied().zip(resolved.iter()).collect();
         let (out, tensors) = self.forward_batch(batch, &all, &wanted);
-        let cache = names.iter().map(|n| n.to_string()).zip(tensors).collect();
-        Ok((out, cache))
+        for (n, t) in names.iter().zip(tensors) {
+            site.record(n, t);
+        }
+        site.applied_all();
+        Ok(out)
     }
 }

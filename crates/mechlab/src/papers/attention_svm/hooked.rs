@@ -19,10 +19,8 @@
 //!
 //! Only the ⟨cls⟩-query form (`model.output = "cls"`) is served.
 
-use crate::intervene::{Axes, Site};
-use mechlab_engine::hooks::{
-    ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
-};
+use mechlab_engine::hooks::{Axes, Site};
+use mechlab_engine::hooks::{Batch, HookError, HookPoint, HookedModel, Tensor};
 
 /// The head, its read-out and the run's vectors.
 pub struct HookedSvm {
@@ -173,21 +171,7 @@ impl HookedModel for HookedSvm {
     fn output_layout(&self) -> String {
         OUTPUT.into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        let pts = points();
-        let mut site = Site::new(&pts, names, &[])?;
-        let y = forward(self, batch, &mut site)?;
-        Ok((y, site.finish()?))
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        let pts = points();
-        let mut site = Site::new(&pts, &[], hooks)?;
-        let y = forward(self, batch, &mut site)?;
-        site.finish()?;
-        Ok(y)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        forward(self, batch, site)
     }
 }

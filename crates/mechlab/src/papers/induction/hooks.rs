@@ -44,10 +44,8 @@
 use super::direct::Direct;
 use super::full::{Full, LN_EPS, SELF_LOGIT};
 use super::simplified::{Simplified, NORM_EPS};
-use crate::intervene::{Axes, Site};
-use mechlab_engine::hooks::{
-    ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
-};
+use mechlab_engine::hooks::{Axes, Site};
+use mechlab_engine::hooks::{Batch, HookError, HookPoint, HookedModel, Tensor};
 use mechlab_engine::{Float, Param};
 
 /// Layer 1 of the full model: `W_Q`, `W_K`, `W_OV` `[H, S, S]`, LayerNorm `[S]`.
@@ -392,21 +390,6 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
     Ok(y)
 }
 
-fn cached(v: &View, batch: &Batch, names: &[&str]) -> Result<(Tensor, ActivationCache), HookError> {
-    let points = v.points();
-    let mut site = Site::new(&points, names, &[])?;
-    let y = forward(v, batch, &mut site)?;
-    Ok((y, site.finish()?))
-}
-
-fn hooked(v: &View, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-    let points = v.points();
-    let mut site = Site::new(&points, &[], hooks)?;
-    let y = forward(v, batch, &mut site)?;
-    site.finish()?;
-    Ok(y)
-}
-
 impl<T: Float> HookedModel for Simplified<T> {
     fn hook_points(&self) -> Vec<HookPoint> {
         View::simplified(self).points()
@@ -414,15 +397,8 @@ impl<T: Float> HookedModel for Simplified<T> {
     fn output_layout(&self) -> String {
         OUTPUT.into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        cached(&View::simplified(self), batch, names)
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        hooked(&View::simplified(self), batch, hooks)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        forward(&View::simplified(self), batch, site)
     }
 }
 
@@ -433,15 +409,8 @@ impl<T: Float> HookedModel for Full<T> {
     fn output_layout(&self) -> String {
         OUTPUT.into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        cached(&View::full(self), batch, names)
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        hooked(&View::full(self), batch, hooks)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        forward(&View::full(self), batch, site)
     }
 }
 
@@ -452,14 +421,7 @@ impl<T: Float> HookedModel for Direct<T> {
     fn output_layout(&self) -> String {
         OUTPUT.into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        cached(&View::direct(self), batch, names)
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        hooked(&View::direct(self), batch, hooks)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        forward(&View::direct(self), batch, site)
     }
 }

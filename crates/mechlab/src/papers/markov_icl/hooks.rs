@@ -27,10 +27,8 @@
 //! ```
 
 use super::model::RpeTransformer;
-use crate::intervene::{Axes, Site};
-use mechlab_engine::hooks::{
-    ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
-};
+use mechlab_engine::hooks::{Axes, Site};
+use mechlab_engine::hooks::{Batch, HookError, HookPoint, HookedModel, Tensor};
 use mechlab_engine::Float;
 
 const OUTPUT: &str = "[batch, pos, d_vocab]";
@@ -226,22 +224,8 @@ impl<T: Float> HookedModel for RpeTransformer<T> {
     fn output_layout(&self) -> String {
         OUTPUT.into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        let pts = points(2);
-        let mut site = Site::new(&pts, names, &[])?;
-        let y = forward(self, batch, &mut site)?;
-        Ok((y, site.finish()?))
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        let pts = points(2);
-        let mut site = Site::new(&pts, &[], hooks)?;
-        let y = forward(self, batch, &mut site)?;
-        site.finish()?;
-        Ok(y)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        forward(self, batch, site)
     }
 }
 
@@ -250,7 +234,7 @@ mod tests {
     use super::*;
     use crate::papers::markov_icl::model::Dims;
     use crate::rng::{stream, Stream};
-    use mechlab_engine::hooks::Ablation;
+    use mechlab_engine::hooks::{Ablation, Hook};
 
     fn model() -> RpeTransformer<f64> {
         let dims = Dims {

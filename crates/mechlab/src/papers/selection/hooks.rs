@@ -37,10 +37,8 @@
 //! ```
 
 use super::model::SelectionModel;
-use crate::intervene::{Axes, Site};
-use mechlab_engine::hooks::{
-    ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
-};
+use mechlab_engine::hooks::{Axes, Site};
+use mechlab_engine::hooks::{Batch, HookError, HookPoint, HookedModel, Tensor};
 use mechlab_engine::Float;
 
 /// The padding id of a [`Batch`] for the selection model (only as a suffix).
@@ -197,21 +195,7 @@ impl<T: Float> HookedModel for SelectionModel<T> {
     fn output_layout(&self) -> String {
         OUTPUT.into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        let pts = points();
-        let mut site = Site::new(&pts, names, &[])?;
-        let f = forward(self, batch, &mut site)?;
-        Ok((f, site.finish()?))
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        let pts = points();
-        let mut site = Site::new(&pts, &[], hooks)?;
-        let f = forward(self, batch, &mut site)?;
-        site.finish()?;
-        Ok(f)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        forward(self, batch, site)
     }
 }

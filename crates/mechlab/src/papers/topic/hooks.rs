@@ -41,10 +41,8 @@ use super::model::{
     AttnKind, DecoderKind, TopicMlm, B_K, B_Q, B_U, B_V, EMB_LN_B, EMB_LN_W, LN_B, LN_W,
     TOKEN_TYPE, W_E, W_K, W_Q, W_U, W_V,
 };
-use crate::intervene::{Axes, Site};
-use mechlab_engine::hooks::{
-    ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Tensor,
-};
+use mechlab_engine::hooks::{Axes, Site};
+use mechlab_engine::hooks::{Batch, HookError, HookPoint, HookedModel, Tensor};
 use mechlab_engine::Float;
 
 /// The model's LayerNorm ε (BERT's), for the embedding and the final norm.
@@ -316,21 +314,7 @@ impl<T: Float> HookedModel for TopicMlm<T> {
     fn output_layout(&self) -> String {
         OUTPUT.into()
     }
-    fn run_with_cache(
-        &mut self,
-        batch: &Batch,
-        names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError> {
-        let pts = points(&self.cfg);
-        let mut site = Site::new(&pts, names, &[])?;
-        let out = forward(self, batch, &mut site)?;
-        Ok((out, site.finish()?))
-    }
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
-        let pts = points(&self.cfg);
-        let mut site = Site::new(&pts, &[], hooks)?;
-        let out = forward(self, batch, &mut site)?;
-        site.finish()?;
-        Ok(out)
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        forward(self, batch, site)
     }
 }

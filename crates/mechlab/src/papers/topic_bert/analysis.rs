@@ -230,7 +230,7 @@ fn gaps_of(
                     .collect()
             }
         };
-        let (_, cache) = bert.run_with_hooks_and_cache(&batch, &hooks, &refs)?;
+        let (_, cache) = bert.run_hooked(&batch, &hooks, &refs)?;
         let t = batch.seq_len;
         let per = nh * t * t;
         let resid = &cache[refs[nl]];

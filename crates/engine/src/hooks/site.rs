@@ -1,4 +1,4 @@
-//! The bookkeeping every [`HookedModel`](mechlab_engine::hooks::HookedModel)
+//! The bookkeeping every [`HookedModel`](super::HookedModel)
 //! forward shares: recording the requested activations and applying [`Hook`]s at
 //! the point where the forward produces each named activation.
 //!
@@ -11,7 +11,7 @@
 //! error instead of a silent no-op.
 //!
 //! ```
-//! use mechlab::intervene::{Axes, Site};
+//! use mechlab_engine::hooks::{Axes, Site};
 //! use mechlab_engine::hooks::{Ablation, Hook, HookPoint, Tensor};
 //! let points = vec![HookPoint::new("hook_embed", "[batch, pos, d_model]", "")];
 //! let hooks = vec![Hook { name: "hook_embed".into(), ablation: Ablation::Zero, heads: None, positions: Some(vec![1]) }];
@@ -23,9 +23,7 @@
 //! assert_eq!(cache["hook_embed"].data, vec![3.0, 0.0]);
 //! ```
 
-use mechlab_engine::hooks::{
-    check_names, Ablation, ActivationCache, Hook, HookError, HookPoint, Tensor,
-};
+use super::{check_names, Ablation, ActivationCache, Hook, HookError, HookPoint, Tensor};
 
 /// Which axes of an activation a hook's `heads` and `positions` restrict.
 #[derive(Clone, Copy, Debug, Default)]
@@ -72,6 +70,28 @@ impl<'a> Site<'a> {
             self.cache.insert(name.to_string(), t.clone());
         }
         Ok(())
+    }
+
+    /// The hooks this forward applies, in order.
+    pub fn hooks(&self) -> &'a [Hook] {
+        self.hooks
+    }
+
+    /// The names this forward records.
+    pub fn names(&self) -> &[&'a str] {
+        &self.names
+    }
+
+    /// For a forward that applies the hooks itself (see
+    /// [`HookedModel::run_hooked`](super::HookedModel::run_hooked)): every hook
+    /// reached its point.
+    pub fn applied_all(&mut self) {
+        self.reached.iter_mut().for_each(|r| *r = true);
+    }
+
+    /// For a forward that records activations itself: `name` is `t`.
+    pub fn record(&mut self, name: &str, t: Tensor) {
+        self.cache.insert(name.to_string(), t);
     }
 
     /// The recorded activations; a hook whose point the forward never reached

@@ -16,6 +16,9 @@
 //! assert_eq!(t.numel(), 6);
 //! ```
 
+mod site;
+
+pub use site::{apply, Axes, Site};
 use std::collections::BTreeMap;
 use thiserror::Error;
 
@@ -186,6 +189,16 @@ pub fn check_names(points: &[HookPoint], names: &[&str]) -> Result<(), HookError
 
 /// A model whose activations can be read and changed by name.
 ///
+/// A model writes one hooked forward, [`HookedModel::forward_hooked`], that hands
+/// each activation it builds to [`Site::visit`]; the site applies the hooks and
+/// records what was asked for. `run_with_cache`, `run_with_hooks` and
+/// `run_hooked` are provided once, here, on top of it (as TransformerLens's
+/// `HookPoint`s sit inside one `forward`). A forward that cannot pass whole
+/// tensors through the site (the BERT encoder works sequence-chunk by chunk in
+/// f32) reads the site's hooks and names, applies them itself and records into
+/// the site ([`Site::record`], [`Site::applied_all`]), so every model answers
+/// the three calls through the same path.
+///
 /// `run_with_cache(batch, &[])` returns the output and an empty cache (no hook
 /// point is computed twice); `run_with_cache(batch, &names)` returns exactly the
 /// named activations. The output is the model's prediction in its own layout
@@ -195,14 +208,36 @@ pub trait HookedModel {
     fn hook_points(&self) -> Vec<HookPoint>;
     /// The output tensor's layout, e.g. `[batch, d_vocab]`.
     fn output_layout(&self) -> String;
+    /// The model's one analysis forward: every named activation passes through
+    /// `site` ([`Site::visit`]) as it is produced.
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError>;
+
+    /// One forward with `hooks` applied in order at their points that also
+    /// records `names`, each recorded after the hooks that act on it (what an
+    /// ablation does downstream).
+    fn run_hooked(
+        &mut self,
+        batch: &Batch,
+        hooks: &[Hook],
+        names: &[&str],
+    ) -> Result<(Tensor, ActivationCache), HookError> {
+        let points = self.hook_points();
+        let mut site = Site::new(&points, names, hooks)?;
+        let y = self.forward_hooked(batch, &mut site)?;
+        Ok((y, site.finish()?))
+    }
     /// Forward pass recording the named activations.
     fn run_with_cache(
         &mut self,
         batch: &Batch,
         names: &[&str],
-    ) -> Result<(Tensor, ActivationCache), HookError>;
+    ) -> Result<(Tensor, ActivationCache), HookError> {
+        self.run_hooked(batch, &[], names)
+    }
     /// Forward pass with interventions applied, in order, at their hook points.
-    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError>;
+    fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
+        Ok(self.run_hooked(batch, hooks, &[])?.0)
+    }
 }
 
 #[cfg(test)]
