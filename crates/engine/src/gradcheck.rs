@@ -150,8 +150,7 @@ pub fn compare(analytic: &[f64], numeric: &[f64]) -> GradCheck {
 /// use mechlab_engine::{param, Param, Parameters};
 /// struct Quad { w: Param<f64> }
 /// impl Parameters<f64> for Quad {
-///     fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) { f(&self.w) }
-///     fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) { f(&mut self.w) }
+///     mechlab_engine::parameters!(f64; w);
 /// }
 /// let mut m = Quad { w: param("w", "all", &[2], vec![1.0, -2.0]) };
 /// // L = Σ w², dL/dw = 2w

@@ -6,12 +6,17 @@
 //! in that order and checkpoints store each tensor under its name, so the visit order
 //! and the names are part of a model's contract.
 //!
+//! The order is declared once, with [`parameters!`](crate::parameters): one list of
+//! fields from which both visitors (shared and mutable) are generated, so they
+//! cannot drift apart. A field may be a [`Param`], anything that is itself
+//! [`Parameters`] (a wrapped model, a sub-block), or an `Option` or `Vec` of those
+//! (visited when present, in order).
+//!
 //! ```
-//! use mechlab_engine::{Param, Parameters, param};
+//! use mechlab_engine::{Param, Parameters, param, parameters};
 //! struct Tiny { w: Param<f64>, b: Param<f64> }
 //! impl Parameters<f64> for Tiny {
-//!     fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) { f(&self.w); f(&self.b); }
-//!     fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) { f(&mut self.w); f(&mut self.b); }
+//!     parameters!(f64; w, b);
 //! }
 //! let mut m = Tiny { w: param("w", "weights", &[2, 3], vec![0.5; 6]), b: param("b", "bias", &[3], vec![0.0; 3]) };
 //! m.w.grad_mut()[0] = 1.0;
@@ -93,7 +98,8 @@ impl<T: Float> Param<T> {
     }
 }
 
-/// A model's parameters, visited in a fixed order.
+/// A model's parameters, visited in a fixed order (declare it with
+/// [`parameters!`](crate::parameters)).
 pub trait Parameters<T: Float> {
     fn visit(&self, f: &mut dyn FnMut(&Param<T>));
     fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>));
@@ -111,5 +117,54 @@ pub trait Parameters<T: Float> {
         let mut v = Vec::new();
         self.visit(&mut |p| v.push(p.name().to_string()));
         v
+    }
+}
+
+/// Both visitors of [`Parameters`] from one list of fields, in checkpoint order:
+/// `parameters!(T; w, c, a)` inside `impl Parameters<T> for M`. Nested paths
+/// (`ffn.w1`) work; each field is a [`Param`] or anything [`Parameters`].
+#[macro_export]
+macro_rules! parameters {
+    ($t:ty; $($($field:ident).+),+ $(,)?) => {
+        fn visit(&self, f: &mut dyn FnMut(&$crate::Param<$t>)) {
+            $( <_ as $crate::Parameters<$t>>::visit(&self.$($field).+, f); )+
+        }
+        fn visit_mut(&mut self, f: &mut dyn FnMut(&mut $crate::Param<$t>)) {
+            $( <_ as $crate::Parameters<$t>>::visit_mut(&mut self.$($field).+, f); )+
+        }
+    };
+}
+
+/// One tensor is a parameter list of one.
+impl<T: Float> Parameters<T> for Param<T> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        f(self)
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        f(self)
+    }
+}
+
+/// An optional block: visited when present.
+impl<T: Float, P: Parameters<T>> Parameters<T> for Option<P> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        if let Some(p) = self {
+            p.visit(f)
+        }
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        if let Some(p) = self {
+            p.visit_mut(f)
+        }
+    }
+}
+
+/// A list of blocks (layers), in order.
+impl<T: Float, P: Parameters<T>> Parameters<T> for Vec<P> {
+    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
+        self.iter().for_each(|p| p.visit(f))
+    }
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
+        self.iter_mut().for_each(|p| p.visit_mut(f))
     }
 }

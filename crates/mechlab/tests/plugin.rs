@@ -100,12 +100,7 @@ struct MeanModel {
 }
 
 impl Parameters<f64> for MeanModel {
-    fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) {
-        f(&self.mu)
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) {
-        f(&mut self.mu)
-    }
+    mechlab_engine::parameters!(f64; mu);
 }
 
 impl Trainable<f64> for MeanModel {

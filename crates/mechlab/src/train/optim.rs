@@ -11,8 +11,7 @@
 //! use mechlab_engine::{param, Param, Parameters};
 //! struct M { w: Param<f64> }
 //! impl Parameters<f64> for M {
-//!     fn visit(&self, f: &mut dyn FnMut(&Param<f64>)) { f(&self.w) }
-//!     fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<f64>)) { f(&mut self.w) }
+//!     mechlab_engine::parameters!(f64; w);
 //! }
 //! let mut m = M { w: param("w", "w", &[2], vec![1.0, 2.0]) };
 //! m.w.grad_mut().copy_from_slice(&[0.5, -1.0]);

@@ -409,16 +409,7 @@ fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 }
 
 impl<T: Float> Parameters<T> for SvmModel<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        f(&self.w);
-        f(&self.k);
-        f(&self.q);
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        f(&mut self.w);
-        f(&mut self.k);
-        f(&mut self.q);
-    }
+    mechlab_engine::parameters!(T; w, k, q);
 }
 
 impl<T: Float> Trainable<T> for SvmModel<T> {

@@ -82,6 +82,10 @@ pub struct FullParams<T: Float> {
     pub ln_b: Param<T>,
 }
 
+impl<T: Float> Parameters<T> for FullParams<T> {
+    mechlab_engine::parameters!(T; wq, wk, wov, ln_w, ln_b);
+}
+
 /// Per-chunk scratch (one sequence at a time) and gradient partials.
 pub(crate) struct Work<T> {
     // --- per sequence, layer 1 ---
@@ -447,30 +451,7 @@ impl<T: Float> Direct<T> {
 }
 
 impl<T: Float> Parameters<T> for Direct<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        f(&self.w);
-        if let Some(p) = &self.full {
-            f(&p.wq);
-            f(&p.wk);
-            f(&p.wov);
-            f(&p.ln_w);
-            f(&p.ln_b);
-        }
-        f(&self.c);
-        f(&self.a);
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        f(&mut self.w);
-        if let Some(p) = &mut self.full {
-            f(&mut p.wq);
-            f(&mut p.wk);
-            f(&mut p.wov);
-            f(&mut p.ln_w);
-            f(&mut p.ln_b);
-        }
-        f(&mut self.c);
-        f(&mut self.a);
-    }
+    mechlab_engine::parameters!(T; w, full, c, a);
 }
 
 impl<T: Float> Step<'_, T> {

@@ -377,24 +377,5 @@ impl<T: Float> Full<T> {
 }
 
 impl<T: Float> Parameters<T> for Full<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        f(&self.w);
-        f(&self.wq);
-        f(&self.wk);
-        f(&self.wov);
-        f(&self.ln_w);
-        f(&self.ln_b);
-        f(&self.c);
-        f(&self.a);
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        f(&mut self.w);
-        f(&mut self.wq);
-        f(&mut self.wk);
-        f(&mut self.wov);
-        f(&mut self.ln_w);
-        f(&mut self.ln_b);
-        f(&mut self.c);
-        f(&mut self.a);
-    }
+    mechlab_engine::parameters!(T; w, wq, wk, wov, ln_w, ln_b, c, a);
 }

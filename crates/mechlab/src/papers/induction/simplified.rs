@@ -347,16 +347,7 @@ impl<T: Float> Simplified<T> {
 }
 
 impl<T: Float> Parameters<T> for Simplified<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        f(&self.w);
-        f(&self.c);
-        f(&self.a);
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        f(&mut self.w);
-        f(&mut self.c);
-        f(&mut self.a);
-    }
+    mechlab_engine::parameters!(T; w, c, a);
 }
 
 #[cfg(test)]

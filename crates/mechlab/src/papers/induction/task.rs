@@ -5,7 +5,7 @@
 use super::interventions;
 use super::probes::InductionModel;
 use crate::train::Trainable;
-use mechlab_engine::{Float, Param, Parameters};
+use mechlab_engine::{Float, Parameters};
 
 /// The model with its full training batch: what the trainer trains.
 pub struct Task<M> {
@@ -19,12 +19,7 @@ pub struct Task<M> {
 }
 
 impl<T: Float, M: InductionModel<T>> Parameters<T> for Task<M> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        self.model.visit(f)
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        self.model.visit_mut(f)
-    }
+    mechlab_engine::parameters!(T; model);
 }
 
 impl<T: Float, M: InductionModel<T>> Trainable<T> for Task<M> {

@@ -293,12 +293,7 @@ fn backward<T: Float>(s: usize, wm: &[T], x: &[u8], w: &mut Work<T>) {
 }
 
 impl<T: Float> Parameters<T> for MinimalModel<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        self.params.iter().for_each(f)
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        self.params.iter_mut().for_each(f)
-    }
+    mechlab_engine::parameters!(T; params);
 }
 
 #[cfg(test)]

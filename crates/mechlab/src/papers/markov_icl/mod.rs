@@ -41,7 +41,7 @@ use crate::train::{fit, Trainable};
 use config::ModelKind;
 pub use config::{DataConfig, MarkovConfig, ModelConfig, ProbeConfig};
 use data::{Batch, ChainSpec, Prior};
-use mechlab_engine::{F64x2, Float, Param, Parameters};
+use mechlab_engine::{F64x2, Float, Parameters};
 use minimal::MinimalModel;
 use model::{Dims, RpeTransformer};
 use rand_chacha::ChaCha8Rng;
@@ -161,12 +161,7 @@ impl<T: Float, M: IclModel<T>> Task<T, M> {
 }
 
 impl<T: Float, M: IclModel<T>> Parameters<T> for Task<T, M> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        self.model.visit(f)
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        self.model.visit_mut(f)
-    }
+    mechlab_engine::parameters!(T; model);
 }
 
 impl<T: Float, M: IclModel<T>> Trainable<T> for Task<T, M> {

@@ -700,12 +700,7 @@ fn backward<T: Float>(
 }
 
 impl<T: Float> Parameters<T> for RpeTransformer<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        self.params.iter().for_each(f)
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        self.params.iter_mut().for_each(f)
-    }
+    mechlab_engine::parameters!(T; params);
 }
 
 #[cfg(test)]

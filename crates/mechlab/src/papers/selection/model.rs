@@ -278,16 +278,7 @@ fn forward_seq<T: Float>(
 }
 
 impl<T: Float> Parameters<T> for SelectionModel<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        f(&self.w_e);
-        f(&self.p);
-        f(&self.v);
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        f(&mut self.w_e);
-        f(&mut self.p);
-        f(&mut self.v);
-    }
+    mechlab_engine::parameters!(T; w_e, p, v);
 }
 
 impl<T: Float> Trainable<T> for SelectionModel<T> {

@@ -147,12 +147,7 @@ impl<T: Float> TopicRun<T> {
 }
 
 impl<T: Float> Parameters<T> for TopicRun<T> {
-    fn visit(&self, f: &mut dyn FnMut(&Param<T>)) {
-        self.model.visit(f)
-    }
-    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Param<T>)) {
-        self.model.visit_mut(f)
-    }
+    mechlab_engine::parameters!(T; model);
 }
 
 #[derive(Serialize, Deserialize)]
