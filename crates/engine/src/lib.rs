@@ -77,6 +77,7 @@ pub mod matmul;
 pub mod parallel;
 pub mod param;
 pub mod precision;
+pub mod text;
 
 #[cfg(test)]
 mod testutil;

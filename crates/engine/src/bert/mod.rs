@@ -69,27 +69,8 @@ pub enum BertError {
     },
 }
 
-/// `text` with control characters escaped (`\n`, `\u{7f}`) and cut at 300
-/// characters (marked with `…`).
-///
-/// ```
-/// use mechlab_engine::bert::clean;
-/// assert_eq!(clean("F3\u{7f}\n"), "F3\\u{7f}\\n");
-/// assert_eq!(clean(&"x".repeat(400)).chars().count(), 301);
-/// ```
-pub fn clean(text: &str) -> String {
-    const MAX: usize = 300;
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == MAX {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+/// `text` as an error message quotes it ([`crate::text::excerpt`], at most 300
+/// characters: a file path or a parser's reason).
+fn clean(text: &str) -> String {
+    crate::text::excerpt(text, 300)
 }

@@ -66,7 +66,7 @@ pub enum ConfigError {
 /// Text from the user's input as it may appear in a one-line message: control
 /// characters escaped, long values cut (a fuzzed `--set` showed raw bytes).
 fn clean(s: &str) -> String {
-    mechlab_corpora::error::excerpt(s, mechlab_corpora::error::MESSAGE_CHARS)
+    mechlab_engine::text::excerpt(s, mechlab_engine::text::MESSAGE_CHARS)
 }
 
 fn did_you_mean(s: &Option<String>) -> String {

@@ -49,7 +49,7 @@ pub enum CheckpointError {
 /// A parser's reason as it may appear in a one-line message: the safetensors and
 /// JSON parsers quote the bytes they failed on, which may be control characters.
 fn clean(reason: &str) -> String {
-    mechlab_corpora::error::excerpt(reason, mechlab_corpora::error::MESSAGE_CHARS)
+    mechlab_engine::text::excerpt(reason, mechlab_engine::text::MESSAGE_CHARS)
 }
 
 /// The trainer's position and everything else a resume needs besides tensors.

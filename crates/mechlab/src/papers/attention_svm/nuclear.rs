@@ -128,8 +128,8 @@ pub fn nuclear_norm(w: &[f64], d: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::max_margin::{margin, min_norm};
     use crate::papers::attention_svm::data::{generate, DataConfig};
-    use crate::papers::attention_svm::svm::{margin, min_norm_qp};
 
     /// On random rank-one constraints the two SVMs differ, and each wins on its own
     /// norm: the nuclear solution is feasible with a smaller nuclear norm than the
@@ -148,7 +148,7 @@ mod tests {
         let sel = data.optimal(&v);
         let rows = constraints(&data, &sel).unwrap();
         let wn = min_nuclear(&rows, 4, 1e-8).unwrap();
-        let wf = min_norm_qp(&rows, 16).unwrap();
+        let wf = min_norm(&rows, 16).unwrap();
         assert!(margin(&rows, &wn) > 1.0 - 1e-5, "{}", margin(&rows, &wn));
         let fro = |w: &[f64]| w.iter().map(|x| x * x).sum::<f64>().sqrt();
         let (nn, nf) = (nuclear_norm(&wn, 4), nuclear_norm(&wf, 4));

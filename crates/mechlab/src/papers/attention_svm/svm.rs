@@ -4,14 +4,11 @@
 //! `W^mm = argmin ‖W‖_F  s.t.  (x_(i,opt_i) − x_(i,t))ᵀ W z_i ≥ 1  for all i, t ≠ opt_i`,
 //!
 //! a quadratic programme in `vec(W)` (`d²` unknowns, one constraint per pair),
-//! solved by the interior-point solver `clarabel`. Each constraint is the inner
+//! solved by [`crate::max_margin::min_norm`] (the solver token selection uses too). Each constraint is the inner
 //! product `⟨A_(i,t), W⟩ ≥ 1` with `A_(i,t) = (x_opt − x_t) z_iᵀ`, `[d, d]`.
 
+use crate::max_margin::{margin, min_norm, MarginError};
 use crate::papers::attention_svm::data::SvmData;
-use clarabel::algebra::CscMatrix;
-use clarabel::solver::{
-    DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus,
-};
 use thiserror::Error;
 
 /// Why no max-margin matrix came back.
@@ -25,6 +22,16 @@ pub enum SvmError {
     Solver(String),
     #[error("attention SVM not solved ({0}): the selected tokens cannot be separated")]
     Infeasible(String),
+}
+
+impl From<MarginError> for SvmError {
+    fn from(e: MarginError) -> Self {
+        match e {
+            MarginError::NoConstraints => SvmError::NoConstraints,
+            MarginError::Solver(m) => SvmError::Solver(m),
+            MarginError::Infeasible(m) => SvmError::Infeasible(m),
+        }
+    }
 }
 
 /// The constraint matrices `A_(i,t) = (x_(i,opt_i) − x_(i,t)) z_iᵀ`, each `[d, d]` row-major.
@@ -57,45 +64,9 @@ pub fn constraints(data: &SvmData, opt: &[usize]) -> Result<Vec<Vec<f64>>, SvmEr
     Ok(out)
 }
 
-/// `min ½‖x‖²` s.t. `⟨a_r, x⟩ ≥ 1` for each row `a_r` (all of length `dim`).
-pub fn min_norm_qp(rows: &[Vec<f64>], dim: usize) -> Result<Vec<f64>, SvmError> {
-    let m = rows.len();
-    if m == 0 {
-        return Err(SvmError::NoConstraints);
-    }
-    // Clarabel form: A x + s = b, s ≥ 0, with A = −a, b = −1 (dense columns).
-    let (mut colptr, mut rowval, mut nzval) = (vec![0], Vec::new(), Vec::new());
-    for j in 0..dim {
-        for (r, a) in rows.iter().enumerate() {
-            if a[j] != 0.0 {
-                rowval.push(r);
-                nzval.push(-a[j]);
-            }
-        }
-        colptr.push(rowval.len());
-    }
-    let a = CscMatrix::new(m, dim, colptr, rowval, nzval);
-    let p = CscMatrix::identity(dim);
-    let settings = DefaultSettingsBuilder::default()
-        .verbose(false)
-        .tol_gap_abs(1e-10)
-        .tol_gap_rel(1e-10)
-        .tol_feas(1e-10)
-        .build()
-        .map_err(|e| SvmError::Solver(format!("{e:?}")))?;
-    let cones = [NonnegativeConeT(m)];
-    let mut solver = DefaultSolver::new(&p, &vec![0.0; dim], &a, &vec![-1.0; m], &cones, settings)
-        .map_err(|e| SvmError::Solver(format!("{e:?}")))?;
-    solver.solve();
-    match solver.solution.status {
-        SolverStatus::Solved | SolverStatus::AlmostSolved => Ok(solver.solution.x.clone()),
-        st => Err(SvmError::Infeasible(format!("{st:?}"))),
-    }
-}
-
 /// `W^mm` (`[d, d]` row-major) for the selection `opt`.
 pub fn w_mm(data: &SvmData, opt: &[usize]) -> Result<Vec<f64>, SvmError> {
-    min_norm_qp(&constraints(data, opt)?, data.d * data.d)
+    Ok(min_norm(&constraints(data, opt)?, data.d * data.d)?)
 }
 
 /// How far above 1 a margin may sit for its token to count as a support token
@@ -130,13 +101,6 @@ pub fn locally_optimal(
         }
     }
     Ok(true)
-}
-
-/// The smallest margin `min_(i,t) ⟨A_(i,t), W⟩`.
-pub fn margin(rows: &[Vec<f64>], w: &[f64]) -> f64 {
-    rows.iter()
-        .map(|a| a.iter().zip(w).map(|(x, y)| x * y).sum::<f64>())
-        .fold(f64::INFINITY, f64::min)
 }
 
 /// The correlation `⟨A, B⟩ / (‖A‖ ‖B‖)` the papers plot (0 when either is zero).
@@ -233,7 +197,7 @@ mod tests {
         // min ‖x‖ s.t. ⟨a, x⟩ ≥ 1  ⇒  x = a / ‖a‖²
         let a = vec![1.0, -2.0, 0.5, 3.0];
         let n2: f64 = a.iter().map(|x| x * x).sum();
-        let x = min_norm_qp(std::slice::from_ref(&a), 4).unwrap();
+        let x = min_norm(std::slice::from_ref(&a), 4).unwrap();
         for (xi, ai) in x.iter().zip(&a) {
             assert!((xi - ai / n2).abs() < 1e-8, "{x:?}");
         }
@@ -278,8 +242,8 @@ mod tests {
         let a = vec![1.0, 0.0];
         let b = vec![-1.0, 0.0];
         assert!(matches!(
-            min_norm_qp(&[a, b], 2),
-            Err(SvmError::Infeasible(_))
+            min_norm(&[a, b], 2),
+            Err(MarginError::Infeasible(_))
         ));
     }
 }

@@ -6,7 +6,7 @@
 //! - [`selected_tokens`]: the token of each sequence that serves its label best,
 //!   `s*_k = argmax_(t ∈ X_k) y_k E_t·v`;
 //! - [`max_margin`]: `p_mm = argmin ‖p‖` s.t. `p·(E_(s*_k) − E_t) ≥ 1` for every `k` and
-//!   every other token `t` of `X_k` (Tarzanagh et al. 2023), solved by `clarabel`;
+//!   every other token `t` of `X_k` (Tarzanagh et al. 2023), solved by [`crate::max_margin::min_norm`];
 //! - [`attention_mass`], [`margin`], [`cosine`]: how far a query `p` has got there;
 //! - [`u_shape`] and [`most_selected`]: the score `p·E_s` against a token's label
 //!   posterior, and the words the attention picks per class, for real text.
@@ -20,13 +20,10 @@
 //! assert!((p[0] - 2.0 / 3.0).abs() < 1e-6 && (p[1] + 1.0 / 3.0).abs() < 1e-6);
 //! ```
 
+use crate::max_margin::{min_norm, MarginError};
 use crate::papers::selection::data::SeqData;
 use crate::papers::selection::model::{ModelConfig, SelectionModel};
 use crate::train::Trainable;
-use clarabel::algebra::CscMatrix;
-use clarabel::solver::{
-    DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus,
-};
 use mechlab_engine::{Float, Parameters};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -140,52 +137,26 @@ pub fn constraint_pairs(data: &SeqData, selected: &[u32]) -> Vec<(u32, u32)> {
     set.into_iter().collect()
 }
 
-/// Solves `min ½‖p‖²` s.t. `p·(E_s − E_t) ≥ 1` for every pair `(s, t)` with the
-/// interior-point solver `clarabel`. `e`: `[d_vocab, d]` row-major.
+/// Solves `min ½‖p‖²` s.t. `p·(E_s − E_t) ≥ 1` for every pair `(s, t)` with
+/// [`crate::max_margin::min_norm`]. `e`: `[d_vocab, d]` row-major.
 pub fn max_margin(e: &[f64], d: usize, pairs: &[(u32, u32)]) -> Result<Vec<f64>, String> {
-    let m = pairs.len();
-    if m == 0 {
-        return Err(
+    let rows: Vec<Vec<f64>> = pairs
+        .iter()
+        .map(|&(s, t)| {
+            let (es, et) = (&e[s as usize * d..][..d], &e[t as usize * d..][..d]);
+            es.iter().zip(et).map(|(a, b)| a - b).collect()
+        })
+        .collect();
+    min_norm(&rows, d).map_err(|err| match err {
+        MarginError::NoConstraints => {
             "max-margin problem has no constraints (every sequence holds one distinct token)"
-                .into(),
-        );
-    }
-    // Clarabel form: A p + s = b, s ≥ 0, with A = −(E_s − E_t), b = −1; dense columns.
-    let mut colptr = Vec::with_capacity(d + 1);
-    let mut rowval = Vec::with_capacity(m * d);
-    let mut nzval = Vec::with_capacity(m * d);
-    colptr.push(0);
-    for j in 0..d {
-        for (r, &(s, t)) in pairs.iter().enumerate() {
-            let a = -(e[s as usize * d + j] - e[t as usize * d + j]);
-            if a != 0.0 {
-                rowval.push(r);
-                nzval.push(a);
-            }
+                .into()
         }
-        colptr.push(rowval.len());
-    }
-    let a = CscMatrix::new(m, d, colptr, rowval, nzval);
-    let p_mat = CscMatrix::identity(d);
-    let q = vec![0.0; d];
-    let b = vec![-1.0; m];
-    let cones = [NonnegativeConeT(m)];
-    let settings = DefaultSettingsBuilder::default()
-        .verbose(false)
-        .tol_gap_abs(1e-10)
-        .tol_gap_rel(1e-10)
-        .tol_feas(1e-10)
-        .build()
-        .map_err(|e| format!("clarabel settings: {e:?}"))?;
-    let mut solver = DefaultSolver::new(&p_mat, &q, &a, &b, &cones, settings)
-        .map_err(|e| format!("clarabel: {e:?}"))?;
-    solver.solve();
-    match solver.solution.status {
-        SolverStatus::Solved | SolverStatus::AlmostSolved => Ok(solver.solution.x.clone()),
-        st => Err(format!(
-            "max-margin problem not solved ({st:?}): the selected tokens cannot be separated from the others by any p"
-        )),
-    }
+        MarginError::Solver(m) => format!("clarabel: {m}"),
+        MarginError::Infeasible(st) => format!(
+            "max-margin problem not solved ({st}): the selected tokens cannot be separated from the others by any p"
+        ),
+    })
 }
 
 /// `cos(a, b)` (0 when either is zero).

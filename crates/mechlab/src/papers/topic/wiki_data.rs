@@ -18,6 +18,7 @@
 
 use crate::papers::topic::data::{MlmSet, NO_LABEL, N_SPECIAL, START};
 use mechlab_corpora::article::Article;
+use mechlab_corpora::vocab::{Vocab, RESERVED};
 use mechlab_corpora::{Punct, Tokenizer};
 use std::collections::HashMap;
 
@@ -68,18 +69,18 @@ pub fn build(
     exclude: &[String],
 ) -> WikiCorpus {
     let toks: Vec<Vec<String>> = articles.iter().map(|a| tokenize(&a.text)).collect();
-    let mut freq: HashMap<&str, u64> = HashMap::new();
-    for t in toks.iter().flatten() {
-        *freq.entry(t.as_str()).or_insert(0) += 1;
-    }
-    let mut words: Vec<(&str, u64)> = freq.into_iter().filter(|(_, c)| *c >= min_count).collect();
-    words.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    words.truncate(n_words);
+    // The corpora crate's vocabulary builder ranks the words (count ≥ min_count,
+    // most frequent first, ties by word); ours puts the MLM specials before them.
+    let ranked = Vocab::build(
+        &Vocab::count_tokens(&toks),
+        min_count,
+        Some(n_words + RESERVED.len()),
+    );
     let mut vocab: Vec<String> = ["<pad>", "<mask>", "<start>", "<end>", "<unk>"]
         .iter()
         .map(|s| s.to_string())
         .collect();
-    vocab.extend(words.iter().map(|(w, _)| w.to_string()));
+    vocab.extend(ranked.words()[RESERVED.len()..].iter().cloned());
     let index: HashMap<&str, u32> = vocab
         .iter()
         .enumerate()
