@@ -117,11 +117,7 @@ pub fn run(
 ) -> PyResult<PathBuf> {
     let ov = values::overrides(overrides)?;
     let resolved = values::resolve(py, source, &ov, seed)?;
-    let seed = resolved
-        .table
-        .get("seed")
-        .and_then(|v| v.as_integer())
-        .unwrap_or(0) as u64;
+    let seed = resolved.prepared.seed();
     let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
     let command = command.unwrap_or_else(|| format!("mechlab.run({source:?})"));
     let progress = Arc::new(Progress::new());

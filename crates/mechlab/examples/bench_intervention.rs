@@ -11,7 +11,7 @@ use mechlab::papers::induction::data::{generate, MarkovSpec};
 use mechlab::papers::induction::interventions::{Freezes, HeadInterventions, Intervention};
 use mechlab::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use mechlab::papers::induction::{ModelKind, Task};
-use mechlab::run::RunCtx;
+use mechlab::run::{RunConfig, RunCtx};
 use mechlab::train::{fit, TrainConfig};
 use std::time::Instant;
 
@@ -61,6 +61,11 @@ fn main() -> anyhow::Result<()> {
                 "bench",
                 true,
             )?;
+            ctx.set_run_config(RunConfig {
+                checkpoints: false,
+                probe_every: 1_000_000_000,
+                ..RunConfig::default()
+            });
             let t0 = Instant::now();
             let f = fit(&mut task, &cfg, &mut ctx, &mut |_, _, _| Ok(()))?;
             times[v].push(t0.elapsed().as_secs_f64() / epochs as f64);

@@ -71,7 +71,8 @@ fn train(
     let _ = std::fs::remove_dir_all(dir);
     let cfg: TopicConfig = mechlab::config::typed(&t, "bench")?;
     let mut ctx = RunCtx::create(dir, t, "bench", true)?;
-    let (mut run, _) = build(&cfg, ctx.seed())?;
+    ctx.set_run_config(cfg.run.clone());
+    let (mut run, _) = build(&cfg, cfg.seed)?;
     let mut probe = |_: &mut TopicRun<f32>, _: u64, _: &mut RunCtx| Ok(());
     let t0 = Instant::now();
     mechlab::train::fit(&mut run, &cfg.train, &mut ctx, &mut probe)?;

@@ -273,11 +273,7 @@ where
                 ));
                 resolved = commands::resolve(&source, &set, seed)?;
             }
-            let seed = resolved
-                .table
-                .get("seed")
-                .and_then(|v| v.as_integer())
-                .unwrap_or(0) as u64;
+            let seed = resolved.prepared.seed();
             let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
             let summary = commands::run(&resolved, &dir, &command, quiet)?;
             print_verdicts(&summary);

@@ -24,7 +24,8 @@ use crate::config::presets::Preset;
 use crate::config::{self, ConfigError};
 use crate::run::checkpoint::CheckpointError;
 use crate::run::summary::Summary;
-use crate::run::{RunCtx, RunError};
+use crate::run::{RunConfig, RunCtx, RunError};
+use crate::train::config::TrainConfig;
 use crate::train::TrainError;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::sync::OnceLock;
@@ -72,10 +73,48 @@ impl Dtype {
     }
 }
 
+/// The keys every paper's config shares, read from the *typed* config: the
+/// config is parsed once, in [`Experiment::prepare`], and nothing reads these
+/// keys from the table again. Implement it with [`common_config!`](crate::common_config).
+pub trait Common {
+    /// `seed`: the one seed every random stream derives from.
+    fn seed(&self) -> u64;
+    /// `[run]`: what the run records and how often.
+    fn run_config(&self) -> &RunConfig;
+    /// `[train]`, for a paper that trains (checked with the rest of the config).
+    fn train_config(&self) -> Option<&TrainConfig>;
+}
+
+/// [`Common`] for a config struct with fields `seed`, `run` and `train`
+/// (`common_config!(MyConfig)`), or `seed` and `run` only
+/// (`common_config!(MyConfig, no_train)`).
+#[macro_export]
+macro_rules! common_config {
+    ($ty:ty) => {
+        $crate::common_config!(@impl $ty, self, Some(&self.train));
+    };
+    ($ty:ty, no_train) => {
+        $crate::common_config!(@impl $ty, self, None);
+    };
+    (@impl $ty:ty, $self:ident, $train:expr) => {
+        impl $crate::experiment::Common for $ty {
+            fn seed(&self) -> u64 {
+                self.seed
+            }
+            fn run_config(&self) -> &$crate::run::RunConfig {
+                &self.run
+            }
+            fn train_config(&$self) -> Option<&$crate::train::config::TrainConfig> {
+                $train
+            }
+        }
+    };
+}
+
 /// A paper, as its author writes it: typed config in, summary out.
 pub trait Paper: Sync + Send + 'static {
     /// The whole config: every key with its default, `#[serde(deny_unknown_fields)]`.
-    type Config: Serialize + DeserializeOwned + Default + Send + Sync + 'static;
+    type Config: Common + Serialize + DeserializeOwned + Default + Send + Sync + 'static;
     /// Registry key and `experiment = "..."` value, also the paper's key for
     /// `mechlab reproduce <paper>`.
     fn name(&self) -> &'static str;
@@ -166,11 +205,19 @@ type RunFn = dyn Fn(&mut RunCtx) -> Result<Summary, ExperimentError> + Send + Sy
 /// A typed, validated config, ready to run.
 pub struct Prepared {
     run: Box<RunFn>,
+    seed: u64,
+    run_config: RunConfig,
 }
 
 impl Prepared {
+    /// Runs the paper in `ctx`, which gets its `[run]` schedule from the typed config.
     pub fn run(&self, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        ctx.set_run_config(self.run_config.clone());
         (self.run)(ctx)
+    }
+    /// The typed config's seed (names the run folder).
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 }
 
@@ -195,14 +242,18 @@ impl<P: Paper> Experiment for P {
     }
     fn prepare(&'static self, table: &toml::Table, file: &str) -> Result<Prepared, ConfigError> {
         let cfg: P::Config = config::typed(table, file)?;
-        // The sections every paper shares ([train], [run]), then the paper's own.
-        crate::train::config::validate_sections(table, file)?;
+        // The section every training paper shares, then the paper's own checks.
+        if let Some(train) = cfg.train_config() {
+            train.validate(file)?;
+        }
         self.validate(&cfg)
             .map_err(|message| ConfigError::Invalid {
                 file: file.to_string(),
                 message,
             })?;
         Ok(Prepared {
+            seed: cfg.seed(),
+            run_config: cfg.run_config().clone(),
             run: Box::new(move |ctx| Paper::run(self, &cfg, ctx)),
         })
     }

@@ -69,6 +69,9 @@ struct MeanConfig {
     data: MeanData,
 }
 
+// seed, [run] and [train] are read by the run machinery from this typed config.
+mechlab::common_config!(MeanConfig);
+
 impl Default for MeanConfig {
     fn default() -> Self {
         MeanConfig {
@@ -201,7 +204,7 @@ impl Paper for MeanPaper {
                 .with_hline("sample mean", mean),
         )?;
         let mu = model.mu.value()[0];
-        let mut s = Summary::new("mean", ctx.seed());
+        let mut s = Summary::new("mean", cfg.seed);
         s.metric("mu", mu);
         s.verdict(
             "mean-estimate.converges",

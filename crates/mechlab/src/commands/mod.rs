@@ -15,7 +15,7 @@ use crate::config::{self, ConfigError};
 use crate::experiment::{self, Experiment, ExperimentError, Prepared};
 use crate::run::progress::{Phase, Progress};
 use crate::run::summary::Summary;
-use crate::run::RunCtx;
+use crate::run::{RunCtx, RunError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -174,24 +174,28 @@ pub fn resume_with_progress(
     quiet: bool,
     progress: Option<Arc<Progress>>,
 ) -> Result<Summary, ExperimentError> {
-    // The [train] and [run] sections are checked before the folder is touched
+    // The whole config is parsed and checked before the folder is touched
     // (RunCtx::resume sets corrupt checkpoints aside and cuts the metrics back).
     let cfg_path = dir.join("config.toml");
-    if cfg_path.exists() {
-        let table = config::read_file(&cfg_path)?;
-        crate::train::config::validate_sections(&table, &cfg_path.display().to_string())?;
+    let file = cfg_path.display().to_string();
+    if !cfg_path.exists() {
+        return Err(RunError::not_a_run(dir).into());
     }
+    let table = config::read_file(&cfg_path)?;
+    let name = table
+        .get("experiment")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let exp = experiment::find(name).ok_or_else(|| ConfigError::UnknownExperiment {
+        file: file.clone(),
+        name: name.to_string(),
+        suggestion: None,
+    })?;
+    let prepared = exp.prepare(&table, &file)?;
     let (mut ctx, _) = RunCtx::resume(dir, quiet)?;
     ctx.progress = progress;
     ctx.set_phase(Phase::Setup);
     let name = ctx.experiment().to_string();
-    let exp = experiment::find(&name).ok_or_else(|| ConfigError::UnknownExperiment {
-        file: dir.join("config.toml").display().to_string(),
-        name: name.clone(),
-        suggestion: None,
-    })?;
-    let file = dir.join("config.toml").display().to_string();
-    let prepared = exp.prepare(ctx.config(), &file)?;
     tracing::info!(run = %dir.display(), experiment = %name, "resuming");
     let summary = prepared.run(&mut ctx)?;
     finish(&ctx, &summary)?;

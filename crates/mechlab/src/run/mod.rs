@@ -44,6 +44,16 @@ pub enum RunError {
     Folder { path: String, reason: String },
 }
 
+impl RunError {
+    /// `dir` has no `config.toml`.
+    pub fn not_a_run(dir: &Path) -> Self {
+        RunError::Folder {
+            path: dir.display().to_string(),
+            reason: "is not a run folder (no config.toml)".into(),
+        }
+    }
+}
+
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
     move |source| RunError::Io {
         path: path.display().to_string(),
@@ -97,7 +107,6 @@ pub struct RunCtx {
     dir: PathBuf,
     config: toml::Table,
     experiment: String,
-    seed: u64,
     quiet: bool,
     run_cfg: RunConfig,
     metrics: MetricsLog,
@@ -154,10 +163,7 @@ impl RunCtx {
     pub fn resume(dir: &Path, quiet: bool) -> Result<(Self, u64), RunError> {
         let cfg_path = dir.join("config.toml");
         if !cfg_path.exists() {
-            return Err(RunError::Folder {
-                path: dir.display().to_string(),
-                reason: "is not a run folder (no config.toml)".into(),
-            });
+            return Err(RunError::not_a_run(dir));
         }
         let config = config::read_file(&cfg_path)?;
         let from = newest_intact(&dir.join("checkpoints"))?;
@@ -175,24 +181,18 @@ impl RunCtx {
         metrics: MetricsLog,
         resume_from: Option<PathBuf>,
     ) -> Result<Self, RunError> {
-        let file = dir.join("config.toml").display().to_string();
         let experiment = config
             .get("experiment")
             .and_then(|v| v.as_str())
             .unwrap_or_default()
             .to_string();
-        let seed = config.get("seed").and_then(|v| v.as_integer()).unwrap_or(0) as u64;
-        let run_cfg: RunConfig = match config.get("run") {
-            Some(v) => config::typed(v.as_table().unwrap_or(&toml::Table::new()), &file)?,
-            None => RunConfig::default(),
-        };
         Ok(RunCtx {
             dir: dir.to_path_buf(),
             config,
             experiment,
-            seed,
             quiet,
-            run_cfg,
+            // Set from the typed config by `Prepared::run` (see `set_run_config`).
+            run_cfg: RunConfig::default(),
             metrics,
             resume_from,
             started: Instant::now(),
@@ -235,14 +235,16 @@ impl RunCtx {
     pub fn experiment(&self) -> &str {
         &self.experiment
     }
-    pub fn seed(&self) -> u64 {
-        self.seed
-    }
     pub fn quiet(&self) -> bool {
         self.quiet
     }
     pub fn run_config(&self) -> &RunConfig {
         &self.run_cfg
+    }
+    /// The `[run]` schedule, from the typed config ([`crate::experiment::Prepared::run`]
+    /// sets it; a test driving the trainer directly sets its own).
+    pub fn set_run_config(&mut self, run: RunConfig) {
+        self.run_cfg = run;
     }
     /// Whether training continues from a checkpoint ([`RunCtx::resume_from`]).
     pub fn resuming(&self) -> bool {

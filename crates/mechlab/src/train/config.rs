@@ -4,8 +4,7 @@
 //! list of `[[train.stages]]`, each with its own parameter groups, optimiser,
 //! learning rate and step count (the induction paper's "train C, then W, then a").
 
-use crate::config::{self, ConfigError};
-use crate::run::RunConfig;
+use crate::config::ConfigError;
 use serde::{Deserialize, Serialize};
 
 /// Which update rule a stage uses.
@@ -255,37 +254,4 @@ impl TrainConfig {
                 message,
             })
     }
-}
-
-/// Checks a resolved config's `[train]` and `[run]` sections, the parts every
-/// experiment shares, before any run folder is made (or, on resume, before the
-/// folder is touched). Sections an experiment does not have are skipped.
-pub fn validate_sections(table: &toml::Table, file: &str) -> Result<(), ConfigError> {
-    let section = |name: &str| {
-        table
-            .get(name)
-            .and_then(|v| v.as_table())
-            .map(|t| toml::Value::Table(t.clone()))
-    };
-    if let Some(v) = section("train") {
-        let train: TrainConfig = prefixed(v, "train", file)?;
-        train.validate(file)?;
-    }
-    if let Some(v) = section("run") {
-        let _: RunConfig = prefixed(v, "run", file)?;
-    }
-    Ok(())
-}
-
-/// Deserialises one section, naming it in the error.
-fn prefixed<C: serde::de::DeserializeOwned>(
-    v: toml::Value,
-    name: &str,
-    file: &str,
-) -> Result<C, ConfigError> {
-    v.try_into()
-        .map_err(|e: toml::de::Error| ConfigError::Invalid {
-            file: file.to_string(),
-            message: format!("[{name}]: {}", config::one_line(&e.to_string())),
-        })
 }

@@ -113,6 +113,16 @@ fn table(seed: u64) -> toml::Table {
     .unwrap()
 }
 
+/// The `[run]` schedule of [`table`], as `Prepared::run` would set it from a
+/// typed config (these tests drive the trainer without a paper).
+fn schedule(ctx: &mut RunCtx) {
+    ctx.set_run_config(crate::run::RunConfig {
+        checkpoint_every: 10,
+        checkpoint_log_until: 8,
+        ..Default::default()
+    });
+}
+
 fn no_probe() -> impl FnMut(&mut Regress, u64, &mut RunCtx) -> Result<(), crate::run::RunError> {
     |_, _, _| Ok(())
 }
@@ -122,6 +132,7 @@ fn train_fresh(
     stop_at: Option<u64>,
 ) -> (Regress, Result<super::Fitted, TrainError>) {
     let mut ctx = RunCtx::create(dir, table(4), "test", true).unwrap();
+    schedule(&mut ctx);
     ctx.stop_at = stop_at;
     let mut m = model(4);
     let r = fit(&mut m, &cfg(), &mut ctx, &mut no_probe());
@@ -142,6 +153,7 @@ fn interrupted_and_resumed_run_is_bit_identical() {
             "{e}"
         );
         let (mut ctx, at) = RunCtx::resume(&dir, true).unwrap();
+        schedule(&mut ctx);
         assert_eq!(at, stop);
         let mut m = model(4);
         fit(&mut m, &cfg(), &mut ctx, &mut no_probe()).unwrap();
@@ -168,6 +180,7 @@ fn same_seed_gives_identical_metrics_and_different_seed_does_not() {
     let b = std::fs::read(tmp.path().join("b/metrics.jsonl")).unwrap();
     assert_eq!(a, b);
     let mut ctx = RunCtx::create(&tmp.path().join("c"), table(5), "test", true).unwrap();
+    schedule(&mut ctx);
     let mut m = model(5);
     fit(&mut m, &cfg(), &mut ctx, &mut no_probe()).unwrap();
     let c = std::fs::read(tmp.path().join("c/metrics.jsonl")).unwrap();
@@ -190,6 +203,7 @@ fn nan_gradient_names_step_and_group_and_keeps_a_good_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("nan");
     let mut ctx = RunCtx::create(&dir, table(4), "test", true).unwrap();
+    schedule(&mut ctx);
     let mut m = model(4);
     m.nan_at = Some(35);
     let e = fit(&mut m, &cfg(), &mut ctx, &mut no_probe()).unwrap_err();
@@ -205,6 +219,7 @@ fn nan_gradient_names_step_and_group_and_keeps_a_good_checkpoint() {
 /// those of the uninterrupted run in `full`. Returns the step resumed from.
 fn resume_matches(dir: &std::path::Path, full: &Regress, full_dir: &std::path::Path) -> u64 {
     let (mut ctx, at) = RunCtx::resume(dir, true).unwrap();
+    schedule(&mut ctx);
     let mut m = model(4);
     fit(&mut m, &cfg(), &mut ctx, &mut no_probe()).unwrap();
     assert_eq!(m.w.value(), full.w.value(), "{}", dir.display());
@@ -286,6 +301,7 @@ fn a_nan_after_the_update_names_the_last_checkpoint_written() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("big");
     let mut ctx = RunCtx::create(&dir, table(4), "test", true).unwrap();
+    schedule(&mut ctx);
     let mut m = model(4);
     m.visit_mut(&mut |p| p.value_mut().iter_mut().for_each(|x| *x = 1e300));
     let c = TrainConfig {
@@ -328,6 +344,7 @@ fn stop_requested_ends_training_early_with_a_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("stop");
     let mut ctx = RunCtx::create(&dir, table(4), "test", true).unwrap();
+    schedule(&mut ctx);
     let mut m = Stopper(model(4), 0.5, false);
     let mut probe = |_: &mut Stopper, _: u64, _: &mut RunCtx| Ok(());
     let f = fit(&mut m, &cfg(), &mut ctx, &mut probe).unwrap();
@@ -342,6 +359,7 @@ fn stop_requested_ends_training_early_with_a_checkpoint() {
     );
     // Never asking to stop runs to the end.
     let mut ctx = RunCtx::create(&tmp.path().join("full"), table(4), "test", true).unwrap();
+    schedule(&mut ctx);
     let mut m = Stopper(model(4), -1.0, false);
     assert_eq!(
         fit(&mut m, &cfg(), &mut ctx, &mut probe).unwrap().steps,

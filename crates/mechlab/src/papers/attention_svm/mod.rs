@@ -81,6 +81,8 @@ pub struct AttentionSvmConfig {
     pub probe: ProbeConfig,
 }
 
+crate::common_config!(AttentionSvmConfig);
+
 impl Default for AttentionSvmConfig {
     fn default() -> Self {
         AttentionSvmConfig {
@@ -238,7 +240,7 @@ fn run_typed<T: Float>(
     cfg: &AttentionSvmConfig,
     ctx: &mut RunCtx,
 ) -> Result<Summary, ExperimentError> {
-    let seed = ctx.seed();
+    let seed = cfg.seed;
     let (data, v) = generate(&cfg.data, seed);
     // From here on an item is one (sequence, query) pair: the sequence output makes
     // every token a query, and the SVMs get one constraint set per query.

@@ -153,6 +153,8 @@ pub struct InductionConfig {
     pub interventions: Vec<Intervention>,
 }
 
+crate::common_config!(InductionConfig);
+
 impl Default for InductionConfig {
     fn default() -> Self {
         InductionConfig {

@@ -219,7 +219,7 @@ fn run_typed<T: Float, M: InductionModel<T> + mechlab_engine::hooks::HookedModel
     ctx: &mut RunCtx,
     model: M,
 ) -> Result<Summary, ExperimentError> {
-    let seed = ctx.seed();
+    let seed = cfg.seed;
     let spec = spec_of(cfg, cfg.data.n_train + cfg.data.n_val);
     let all = data::generate(&spec, seed).map_err(bad)?;
     let train = all.slice(0, cfg.data.n_train);

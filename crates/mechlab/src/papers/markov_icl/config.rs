@@ -144,6 +144,8 @@ pub struct MarkovConfig {
     pub probe: ProbeConfig,
 }
 
+crate::common_config!(MarkovConfig);
+
 impl Default for MarkovConfig {
     fn default() -> Self {
         MarkovConfig {

@@ -313,7 +313,7 @@ fn run_typed<T: Float, M: IclModel<T>>(
     cfg: &MarkovConfig,
     ctx: &mut RunCtx,
 ) -> Result<Summary, ExperimentError> {
-    let seed = ctx.seed();
+    let seed = cfg.seed;
     let (order, alpha) = (cfg.data.order, cfg.data.alpha);
     let eval = eval_batch(&cfg.data, cfg.probe.n_eval, seed).map_err(bad)?;
     // The authors' metric's fixed set (its own Sample sub-stream), when asked for.

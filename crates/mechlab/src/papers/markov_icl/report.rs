@@ -300,7 +300,7 @@ pub fn finish(
 ) -> Result<Summary, ExperimentError> {
     let hist = history(cfg, ctx, f)?;
     figures(cfg, ctx, f, &hist)?;
-    let s = super::verdicts::summary(cfg, ctx.seed(), f, &hist);
+    let s = super::verdicts::summary(cfg, cfg.seed, f, &hist);
     notes(cfg, ctx, f, &hist)?;
     Ok(s)
 }

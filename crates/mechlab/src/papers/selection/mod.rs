@@ -91,6 +91,8 @@ pub struct SelectionConfig {
     pub probe: ProbeConfig,
 }
 
+crate::common_config!(SelectionConfig);
+
 impl Default for SelectionConfig {
     fn default() -> Self {
         let stage = |name: &str, group: &str, steps, lr, opt| StageConfig {
@@ -252,7 +254,7 @@ fn run_typed<T: Float>(
     ctx: &mut RunCtx,
     cfg: &SelectionConfig,
 ) -> Result<Summary, ExperimentError> {
-    let seed = ctx.seed();
+    let seed = cfg.seed;
     let sets = datasets(cfg, seed, ctx)?;
     let (one, stages) = measure::one_step::<T>(cfg, &sets.train, seed)?;
     let mut trained = train::train::<T>(cfg, &sets, seed, ctx)?;

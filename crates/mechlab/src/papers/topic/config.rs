@@ -70,6 +70,8 @@ pub struct TopicConfig {
     pub wiki: WikiConfig,
 }
 
+crate::common_config!(TopicConfig);
+
 impl Default for TopicConfig {
     fn default() -> Self {
         TopicConfig {

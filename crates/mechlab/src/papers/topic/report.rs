@@ -63,7 +63,7 @@ pub fn report(
     let dev0 = dev.1.first().copied().unwrap_or(f64::NAN);
     let best = f.early.best_loss;
     let best_epoch = (f.early.best_step as f64 / f.spe as f64).round();
-    let s = super::verdicts::summary(cfg, ctx.seed(), f, &records, dev0);
+    let s = super::verdicts::summary(cfg, cfg.seed, f, &records, dev0);
     figures(ctx, cfg, lda, f, &records)?;
     ctx.notes(&notes(cfg, f, dev0, best, best_epoch))?;
     Ok(s)

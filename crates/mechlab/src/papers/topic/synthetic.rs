@@ -20,7 +20,7 @@ pub(super) fn run_typed<T: Float>(
     cfg: &TopicConfig,
 ) -> Result<Summary, ExperimentError> {
     let lda = LdaModel::new(&cfg.data).map_err(ExperimentError::Data)?;
-    let seed = ctx.seed();
+    let seed = cfg.seed;
     let train = make_set(&lda, &cfg.data, cfg.data.n_train, seed, 10);
     let dev = make_set(&lda, &cfg.data, cfg.data.n_dev, seed, 12);
     let test = make_set(&lda, &cfg.data, cfg.data.n_test.max(1), seed, 14);

@@ -206,7 +206,7 @@ fn wiki_topics(
 }
 
 pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, ExperimentError> {
-    let seed = ctx.seed();
+    let seed = cfg.seed;
     let d = wiki_data(cfg, seed)?;
     let t = wiki_topics(cfg, seed, &d, ctx)?;
     let (run, fitted, pl, pg) = train::<T>(cfg, seed, &d, &t, ctx)?;

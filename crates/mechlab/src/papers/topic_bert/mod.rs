@@ -98,6 +98,8 @@ pub struct TopicBertConfig {
     pub probe: BertProbeConfig,
 }
 
+crate::common_config!(TopicBertConfig, no_train);
+
 impl Default for TopicBertConfig {
     fn default() -> Self {
         TopicBertConfig {

@@ -94,7 +94,7 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
             "wiki.enabled = false: topic-bert probes Wikipedia text, keep it true",
         ));
     }
-    let seed = ctx.seed();
+    let seed = cfg.seed;
     let dir = &model_dir(&cfg.model.path)?;
     let t_load = Instant::now();
     let mut bert = Bert::load(dir).map_err(data_err)?;
