@@ -21,7 +21,12 @@ pub fn config(data: &[u8]) {
         .map(str::to_string)
         .collect();
     let path = scratch::file("fuzz.toml", file);
-    let resolved = match mechlab::commands::resolve(&path.display().to_string(), &overrides, None) {
+    let resolved = match mechlab::commands::resolve(
+        &mechlab::papers::registry(),
+        &path.display().to_string(),
+        &overrides,
+        None,
+    ) {
         Ok(r) => r,
         Err(e) => return assert_one_line(&e.to_string()),
     };

@@ -122,7 +122,8 @@ pub fn run(
     let command = command.unwrap_or_else(|| format!("mechlab.run({source:?})"));
     let progress = Arc::new(Progress::new());
     let (p, d) = (progress.clone(), dir.clone());
-    let job = move || commands::run_with_progress(&resolved, &d, &command, true, Some(p));
+    let reg = values::registry();
+    let job = move || commands::run_with_progress(&reg, &resolved, &d, &command, true, Some(p));
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
 }
 
@@ -138,7 +139,8 @@ pub fn resume(
     let progress = Arc::new(Progress::new());
     let d = dir.clone();
     let p = progress.clone();
-    let job = move || commands::resume_with_progress(&d, true, Some(p));
+    let reg = values::registry();
+    let job = move || commands::resume_with_progress(&reg, &d, true, Some(p));
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
 }
 
@@ -226,7 +228,8 @@ pub fn sweep(
     let command = command.unwrap_or_else(|| format!("mechlab.sweep({source:?})"));
     let progress = Arc::new(Progress::new());
     let (p, o) = (progress.clone(), out.clone());
-    let job = move || sw::sweep_with_progress(&spec, &o, jobs, &command, Some(&p), replace);
+    let reg = values::registry();
+    let job = move || sw::sweep_with_progress(&reg, &spec, &o, jobs, &command, Some(&p), replace);
     match supervise(py, &progress, on_progress, job)? {
         Ended::Done(Ok(_)) => Ok(out),
         Ended::Done(Err(sw::SweepError::Config(e))) => Err(errors::config(py, &e)),
@@ -259,7 +262,8 @@ pub fn reproduce<'py>(
     let command = command.unwrap_or_else(|| "mechlab.reproduce()".into());
     let progress = Arc::new(Progress::new());
     let (p, o) = (progress.clone(), out.clone());
-    let job = move || repro::reproduce_with_progress(&papers, &o, true, &command, Some(&p));
+    let reg = values::registry();
+    let job = move || repro::reproduce_with_progress(&reg, &papers, &o, true, &command, Some(&p));
     let outcomes = match supervise(py, &progress, on_progress, job)? {
         Ended::Done(Ok(o)) => o,
         Ended::Done(Err(e)) => return Err(errors::experiment(py, &e)),

@@ -216,7 +216,7 @@ pub fn load_model(py: Python<'_>, dir: PathBuf, step: Option<u64>) -> PyResult<M
         crate::files::resolve_step(py, &dir, step)?.1
     };
     let m = py
-        .detach(|| mechlab::inspect::load_model(&dir, Some(at)))
+        .detach(|| mechlab::inspect::load_model(&crate::values::registry(), &dir, Some(at)))
         .map_err(|e| match &e {
             LoadError::Config(c) | LoadError::Pretrained(PretrainedError::Path(c)) => {
                 errors::config(py, c)

@@ -84,16 +84,13 @@ pub fn resolve(
     overrides: &[String],
     seed: Option<u64>,
 ) -> PyResult<Resolved> {
-    commands::resolve(source, overrides, seed).map_err(|e| errors::config(py, &e))
+    commands::resolve(&registry(), source, overrides, seed).map_err(|e| errors::config(py, &e))
 }
 
 /// Every preset's name, in `mechlab list` order.
 #[pyfunction]
 pub fn presets() -> Vec<&'static str> {
-    mechlab::experiment::all_presets()
-        .iter()
-        .map(|p| p.name)
-        .collect()
+    registry().presets().iter().map(|p| p.name).collect()
 }
 
 /// The resolved config of a preset or file, as JSON text.
@@ -108,4 +105,10 @@ pub fn config_json(
     let ov = self::overrides(overrides)?;
     let r = resolve(py, source, &ov, seed)?;
     Ok(serde_json::to_string(&r.table).expect("TOML tables serialise as JSON"))
+}
+
+/// The papers Python sees: mechlab's own (the registry is passed to every
+/// command, never global).
+pub fn registry() -> mechlab::experiment::Registry {
+    mechlab::papers::registry()
 }

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::time::Instant;
 
 fn table(preset: &str, extra: &[&str]) -> anyhow::Result<toml::Table> {
-    let exp = mechlab::experiment::find("topic").unwrap();
-    let p = mechlab::experiment::find_preset(preset).unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
+    let p = mechlab::papers::registry().find_preset(preset).unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(&mut t, &mechlab::config::parse(p.text, preset)?, preset)?;
     for o in [

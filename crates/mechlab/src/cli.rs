@@ -1,13 +1,13 @@
 //! The `mechlab` command line, as a library entry point that takes the registry.
 //!
-//! `src/main.rs` is `mechlab::cli::main(Registry::builtin())`; a crate that adds
-//! its own paper calls the same with `Registry::builtin().with(&MyPaper)` and gets
+//! `src/main.rs` is `mechlab::cli::main(mechlab::papers::registry())`; a crate that
+//! adds its own paper calls the same with `papers::registry().with(&MyPaper)` and gets
 //! every command (`list`, `run`, `resume`, `report`, `sweep`, `merge`, `export`,
 //! `reproduce`, `encode`) for it unchanged. Errors become one line on stderr and an exit
 //! code here, and only here (`anyhow` at the edge; typed errors below).
 
 use crate::commands::{self, cluster, slurm, sweep};
-use crate::experiment::{self, Registry};
+use crate::experiment::Registry;
 use crate::train::INTERRUPTED;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -221,14 +221,12 @@ pub fn main(registry: Registry) -> ! {
 }
 
 /// Runs one command line (`args[0]` is the program name) with `registry`'s
-/// papers; returns the exit status. The registry is installed for the process:
-/// a second call keeps the first registry.
+/// papers; returns the exit status.
 pub fn run<I, S>(registry: Registry, args: I) -> Result<i32>
 where
     I: IntoIterator<Item = S>,
     S: Into<std::ffi::OsString> + Clone,
 {
-    experiment::install(registry);
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     let command = args
         .iter()
@@ -243,101 +241,49 @@ where
             return Ok(e.exit_code());
         }
     };
-    let quiet = cli.quiet;
-    match cli.cmd {
-        Cmd::List => {
-            let rows = commands::list();
-            let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-            for (name, exp, desc) in rows {
-                println!("{name:w$}  [{exp}]  {desc}");
-            }
-        }
+    dispatch(&registry, cli.cmd, &command, cli.quiet)
+}
+
+/// One command, each in its own function below.
+fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32> {
+    match cmd {
+        Cmd::List => list(reg),
         Cmd::Run {
             source,
-            mut set,
+            set,
             seed,
             out,
             data,
-        } => {
-            let mut resolved = commands::resolve(&source, &set, seed)?;
-            if let Some(d) = data {
-                let Some(key) = resolved.experiment.data_key() else {
-                    bail!(
-                        "--data: the {} experiment reads no data files",
-                        resolved.experiment.name()
-                    );
-                };
-                set.push(format!(
-                    "{key}={}",
-                    toml::Value::String(d.display().to_string())
-                ));
-                resolved = commands::resolve(&source, &set, seed)?;
-            }
-            let seed = resolved.prepared.seed();
-            let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
-            let summary = commands::run(&resolved, &dir, &command, quiet)?;
-            print_verdicts(&summary);
-            println!("report: {}", dir.join("report.html").display());
-        }
+        } => run_source(reg, &source, set, seed, out, data, command, quiet),
         Cmd::Resume { run } => {
-            let summary = commands::resume(&run, quiet)?;
+            let summary = commands::resume(reg, &run, quiet)?;
             print_verdicts(&summary);
             println!("report: {}", run.join("report.html").display());
+            Ok(0)
         }
         Cmd::Intervene {
             run,
             step,
             ablate,
             patch,
-        } => {
-            let req = crate::analysis::Request {
-                step,
-                ablate,
-                patch,
-            };
-            let out = commands::intervene::run(&run, &req)?;
-            for e in out["effects"].as_array().into_iter().flatten() {
-                let num = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
-                println!(
-                    "{}: {} clean {:.4}, intervention {:.4}, control {:.4}",
-                    e["id"].as_str().unwrap_or(""),
-                    e["metric"].as_str().unwrap_or(""),
-                    num("clean"),
-                    num("intervened"),
-                    num("control")
-                );
-            }
-            println!("interventions: {}", run.join("intervene.json").display());
-            println!("report: {}", run.join("report.html").display());
-        }
+        } => intervene(reg, &run, step, ablate, patch),
         Cmd::Encode {
             model,
             text,
             hook,
             out,
             html,
-        } => {
-            let req = commands::encode::Request {
-                model,
-                texts: text,
-                hooks: hook,
-                out,
-                html,
-            };
-            let enc = commands::encode::run(&req)?;
-            for (b, pieces) in enc.pieces.iter().enumerate() {
-                println!("text {b} ({} pieces): {}", pieces.len(), pieces.join(" "));
-            }
-            for (name, t) in &enc.cache {
-                println!("{name} {:?}", t.shape);
-            }
-            for f in req.out.iter().chain(&req.html) {
-                println!("wrote {}", f.display());
-            }
-        }
+        } => encode(commands::encode::Request {
+            model,
+            texts: text,
+            hooks: hook,
+            out,
+            html,
+        }),
         Cmd::Report { run } => {
-            commands::report::build(&run)?;
+            commands::report::build(reg, &run)?;
             println!("report: {}", run.join("report.html").display());
+            Ok(0)
         }
         Cmd::Sweep {
             source,
@@ -366,62 +312,16 @@ where
                 .unwrap_or(source.clone());
             let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(stem));
             if sl.slurm {
-                return submit_sweep(&spec, &out, sl, replace);
+                return submit_sweep(reg, &spec, &out, sl, replace);
             }
-            let jobs = jobs.unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(1)
-            });
-            let rows = sweep::sweep_with_progress(&spec, &out, jobs, &command, None, replace)?;
-            let failed = rows.iter().filter(|r| r.status != "ok").count();
-            println!(
-                "{} runs ({failed} failed): {}",
-                rows.len(),
-                out.join("summary.csv").display()
-            );
-            if failed > 0 {
-                return Ok(1);
-            }
+            run_sweep(reg, &spec, &out, jobs, command, replace)
         }
-        Cmd::SweepShard { sweep, shard, jobs } => {
-            let shard = sweep::parse_shard(&shard)?;
-            let rows = cluster::run_shard(&sweep, shard, jobs, &command)?;
-            let failed = rows.iter().filter(|r| r.status != "ok").count();
-            println!(
-                "shard {}/{}: {} runs ({failed} failed)",
-                shard.0,
-                shard.1,
-                rows.len()
-            );
-            if failed > 0 {
-                return Ok(1);
-            }
+        Cmd::SweepShard { sweep, shard, jobs } => sweep_shard(reg, &sweep, &shard, jobs, command),
+        Cmd::SweepMerge { sweep } => sweep_merge(&sweep),
+        Cmd::SweepStatus { sweep } => {
+            print!("{}", slurm::status_report(&sweep)?);
+            Ok(0)
         }
-        Cmd::SweepMerge { sweep } => {
-            let report = cluster::merge_sweep(&sweep)?;
-            let counts = sweep::RunCounts::of(&report.rows);
-            println!(
-                "{} of {} runs ok, {} failed, {} missing: {}",
-                counts.ok,
-                counts.planned,
-                counts.failed,
-                counts.missing,
-                sweep.join("summary.csv").display()
-            );
-            for p in &report.problems {
-                let log = p
-                    .log
-                    .as_deref()
-                    .unwrap_or("no log (its task never started)");
-                println!("  {} (shard {}): {} — log: {log}", p.run, p.shard, p.status);
-            }
-            if !report.problems.is_empty() {
-                println!("rerun: see docs/cluster.md (failed.csv lists them)");
-                return Ok(1);
-            }
-        }
-        Cmd::SweepStatus { sweep } => print!("{}", slurm::status_report(&sweep)?),
         Cmd::Merge { shards, out } => {
             let rows = sweep::merge(&shards, &out)?;
             println!(
@@ -429,6 +329,7 @@ where
                 rows.len(),
                 out.join("summary.csv").display()
             );
+            Ok(0)
         }
         Cmd::Export { run, npy, step } => {
             if !npy {
@@ -439,41 +340,210 @@ where
             for f in &files {
                 println!("{}", f.display());
             }
+            Ok(0)
         }
         Cmd::Reproduce { papers, check, out } => {
-            let outcomes = commands::reproduce::reproduce(&papers, &out, quiet, &command)?;
-            let mut all_pass = true;
-            for o in &outcomes {
-                all_pass &= o.passed();
-                match &o.result {
-                    Ok(_) => {
-                        println!("== {} ({:.1} s)", o.name, o.seconds);
-                        for v in o.verdicts() {
-                            let mark = match (v.pass, o.known(&v).is_some()) {
-                                (true, _) => "pass",
-                                (false, true) => "FAIL, known",
-                                (false, false) => "FAIL",
-                            };
-                            print_verdict(mark, &v);
-                        }
-                        if let Ok(s) = &o.result {
-                            print_measurements(s);
-                        }
-                    }
-                    Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
-                }
-            }
-            println!("report: {}", out.join("report.html").display());
-            if check && !all_pass {
-                return Ok(2);
-            }
+            reproduce(reg, &papers, check, &out, command, quiet)
         }
+    }
+}
+
+/// `mechlab list`.
+fn list(reg: &Registry) -> Result<i32> {
+    let rows = commands::list(reg);
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    for (name, exp, desc) in rows {
+        println!("{name:w$}  [{exp}]  {desc}");
     }
     Ok(0)
 }
 
+/// `mechlab run`: `--data PATH` becomes the paper's data key.
+#[allow(clippy::too_many_arguments)]
+fn run_source(
+    reg: &Registry,
+    source: &str,
+    mut set: Vec<String>,
+    seed: Option<u64>,
+    out: Option<PathBuf>,
+    data: Option<PathBuf>,
+    command: &str,
+    quiet: bool,
+) -> Result<i32> {
+    let mut resolved = commands::resolve(reg, source, &set, seed)?;
+    if let Some(d) = data {
+        let Some(key) = resolved.experiment.data_key() else {
+            bail!(
+                "--data: the {} experiment reads no data files",
+                resolved.experiment.name()
+            );
+        };
+        set.push(format!(
+            "{key}={}",
+            toml::Value::String(d.display().to_string())
+        ));
+        resolved = commands::resolve(reg, source, &set, seed)?;
+    }
+    let seed = resolved.prepared.seed();
+    let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
+    let summary = commands::run(reg, &resolved, &dir, command, quiet)?;
+    print_verdicts(&summary);
+    println!("report: {}", dir.join("report.html").display());
+    Ok(0)
+}
+
+/// `mechlab intervene`: one line per effect.
+fn intervene(
+    reg: &Registry,
+    run: &std::path::Path,
+    step: Option<u64>,
+    ablate: Vec<String>,
+    patch: bool,
+) -> Result<i32> {
+    let req = crate::analysis::Request {
+        step,
+        ablate,
+        patch,
+    };
+    let out = commands::intervene::run(reg, run, &req)?;
+    for e in out["effects"].as_array().into_iter().flatten() {
+        let num = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{}: {} clean {:.4}, intervention {:.4}, control {:.4}",
+            e["id"].as_str().unwrap_or(""),
+            e["metric"].as_str().unwrap_or(""),
+            num("clean"),
+            num("intervened"),
+            num("control")
+        );
+    }
+    println!("interventions: {}", run.join("intervene.json").display());
+    println!("report: {}", run.join("report.html").display());
+    Ok(0)
+}
+
+/// `mechlab encode`: the pieces of each text and the shape of each activation.
+fn encode(req: commands::encode::Request) -> Result<i32> {
+    let enc = commands::encode::run(&req)?;
+    for (b, pieces) in enc.pieces.iter().enumerate() {
+        println!("text {b} ({} pieces): {}", pieces.len(), pieces.join(" "));
+    }
+    for (name, t) in &enc.cache {
+        println!("{name} {:?}", t.shape);
+    }
+    for f in req.out.iter().chain(&req.html) {
+        println!("wrote {}", f.display());
+    }
+    Ok(0)
+}
+
+/// `mechlab sweep` on this machine, `jobs` runs at a time (default: one per core).
+fn run_sweep(
+    reg: &Registry,
+    spec: &sweep::SweepSpec,
+    out: &std::path::Path,
+    jobs: Option<usize>,
+    command: &str,
+    replace: bool,
+) -> Result<i32> {
+    let jobs = jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let rows = sweep::sweep_with_progress(reg, spec, out, jobs, command, None, replace)?;
+    let failed = rows.iter().filter(|r| r.status != "ok").count();
+    println!(
+        "{} runs ({failed} failed): {}",
+        rows.len(),
+        out.join("summary.csv").display()
+    );
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// `mechlab sweep-shard`: one array task's share of a planned sweep.
+fn sweep_shard(
+    reg: &Registry,
+    sweep: &std::path::Path,
+    shard: &str,
+    jobs: usize,
+    command: &str,
+) -> Result<i32> {
+    let shard = sweep::parse_shard(shard)?;
+    let rows = cluster::run_shard(reg, sweep, shard, jobs, command)?;
+    let failed = rows.iter().filter(|r| r.status != "ok").count();
+    println!(
+        "shard {}/{}: {} runs ({failed} failed)",
+        shard.0,
+        shard.1,
+        rows.len()
+    );
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// `mechlab sweep-merge`: the shards' rows, and what failed or never ran.
+fn sweep_merge(sweep: &std::path::Path) -> Result<i32> {
+    let report = cluster::merge_sweep(sweep)?;
+    let counts = sweep::RunCounts::of(&report.rows);
+    println!(
+        "{} of {} runs ok, {} failed, {} missing: {}",
+        counts.ok,
+        counts.planned,
+        counts.failed,
+        counts.missing,
+        sweep.join("summary.csv").display()
+    );
+    for p in &report.problems {
+        let log = p
+            .log
+            .as_deref()
+            .unwrap_or("no log (its task never started)");
+        println!("  {} (shard {}): {} — log: {log}", p.run, p.shard, p.status);
+    }
+    if !report.problems.is_empty() {
+        println!("rerun: see docs/cluster.md (failed.csv lists them)");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// `mechlab reproduce`: every verdict, known findings marked; `--check` exits 2
+/// when a claim fails that is not a known finding.
+fn reproduce(
+    reg: &Registry,
+    papers: &[String],
+    check: bool,
+    out: &std::path::Path,
+    command: &str,
+    quiet: bool,
+) -> Result<i32> {
+    let outcomes = commands::reproduce::reproduce(reg, papers, out, quiet, command)?;
+    let mut all_pass = true;
+    for o in &outcomes {
+        all_pass &= o.passed();
+        match &o.result {
+            Ok(s) => {
+                println!("== {} ({:.1} s)", o.name, o.seconds);
+                for v in o.verdicts() {
+                    let mark = match (v.pass, o.known(&v).is_some()) {
+                        (true, _) => "pass",
+                        (false, true) => "FAIL, known",
+                        (false, false) => "FAIL",
+                    };
+                    print_verdict(mark, &v);
+                }
+                print_measurements(s);
+            }
+            Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
+        }
+    }
+    println!("report: {}", out.join("report.html").display());
+    Ok(if check && !all_pass { 2 } else { 0 })
+}
+
 /// `mechlab sweep --slurm`: plan, write the scripts, submit (unless --dry-run).
 fn submit_sweep(
+    reg: &Registry,
     spec: &sweep::SweepSpec,
     out: &std::path::Path,
     a: SlurmArgs,
@@ -494,7 +564,7 @@ fn submit_sweep(
         binary: binary.display().to_string(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let l = slurm::launch(spec, out, a.shards, &opts, writer, a.dry_run, replace)?;
+    let l = slurm::launch(reg, spec, out, a.shards, &opts, writer, a.dry_run, replace)?;
     println!(
         "{} runs in {} array tasks: {}",
         l.runs,

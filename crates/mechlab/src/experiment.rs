@@ -8,15 +8,18 @@
 //! exactly once, before any run folder exists ([`Experiment::prepare`]); the run
 //! folder, checkpoints, metrics, figures, summary and report belong to
 //! [`crate::run`] and [`crate::commands`]. A paper registers in one place: a
-//! [`Registry`] (the built-in papers plus any a downstream crate adds), which
-//! [`crate::cli::main`] takes, so `run`, `resume`, `report`, `sweep` and
-//! `reproduce` work unchanged for a paper written elsewhere
-//! (`crates/mechlab/tests/plugin.rs` is the worked example).
+//! [`Registry`] (the built-in papers, [`crate::papers::registry`], plus any a
+//! downstream crate adds), which [`crate::cli::main`] takes and passes to every
+//! command, so `run`, `resume`, `report`, `sweep`, `reproduce`, `inspect` and
+//! `intervene` work unchanged for a paper written elsewhere
+//! (`crates/mechlab/tests/plugin.rs` is the worked example). There is no
+//! global registry: whatever needs one is handed it.
 //!
 //! ```
-//! let names: Vec<&str> = mechlab::experiment::all().iter().map(|e| e.name()).collect();
+//! let reg = mechlab::papers::registry();
+//! let names: Vec<&str> = reg.all().iter().map(|e| e.name()).collect();
 //! assert!(names.contains(&"induction"));
-//! assert!(mechlab::experiment::find_preset("topic-value").is_some());
+//! assert!(reg.find_preset("topic-value").is_some());
 //! ```
 
 use crate::analysis::{InterveneError, Interventions, LoadError, Model, Request, RunDir};
@@ -28,7 +31,6 @@ use crate::run::{RunConfig, RunCtx, RunError};
 use crate::train::config::TrainConfig;
 use crate::train::TrainError;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use std::sync::OnceLock;
 use thiserror::Error;
 
 /// Why an experiment failed.
@@ -324,12 +326,6 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// mechlab's own papers.
-    pub fn builtin() -> Self {
-        Registry {
-            experiments: crate::papers::builtin(),
-        }
-    }
     /// A registry with no paper.
     pub fn empty() -> Self {
         Registry {
@@ -354,38 +350,4 @@ impl Registry {
     pub fn find_preset(&self, name: &str) -> Option<&'static Preset> {
         self.presets().into_iter().find(|p| p.name == name)
     }
-}
-
-static REGISTRY: OnceLock<Registry> = OnceLock::new();
-
-/// Makes `registry` the one every command uses. Call it before any command (the
-/// CLI entry [`crate::cli::main`] does); returns `false` if a registry was already
-/// in use, which then stays.
-pub fn install(registry: Registry) -> bool {
-    REGISTRY.set(registry).is_ok()
-}
-
-/// The registry in use: the installed one, else the built-in papers.
-pub fn registry() -> &'static Registry {
-    REGISTRY.get_or_init(Registry::builtin)
-}
-
-/// Every registered experiment.
-pub fn all() -> Vec<&'static dyn Experiment> {
-    registry().all().to_vec()
-}
-
-/// The experiment registered as `name`.
-pub fn find(name: &str) -> Option<&'static dyn Experiment> {
-    registry().find(name)
-}
-
-/// The registered preset called `name`.
-pub fn find_preset(name: &str) -> Option<&'static Preset> {
-    registry().find_preset(name)
-}
-
-/// Every registered paper's presets, in `mechlab list` order.
-pub fn all_presets() -> Vec<&'static Preset> {
-    registry().presets()
 }

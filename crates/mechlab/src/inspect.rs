@@ -24,7 +24,8 @@
 //! ```no_run
 //! use mechlab::inspect::load_model;
 //! use mechlab_engine::hooks::Batch;
-//! let mut m = load_model(std::path::Path::new("runs/induction-simplified-s0"), None)?;
+//! let reg = mechlab::papers::registry();
+//! let mut m = load_model(&reg, std::path::Path::new("runs/induction-simplified-s0"), None)?;
 //! let (y, cache) = m.run_with_cache(&Batch::new(vec![0; 10], 1, 10), &["blocks.1.attn.hook_pattern"])?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -36,13 +37,8 @@ use crate::experiment::{Experiment, Registry};
 use std::path::Path;
 
 /// The model of the run in `run_dir` with the parameters of checkpoint `step`
-/// (the latest when `None`), from the installed registry's papers.
-pub fn load_model(run_dir: &Path, step: Option<u64>) -> Result<Model, LoadError> {
-    load_model_in(crate::experiment::registry(), run_dir, step)
-}
-
-/// [`load_model`] with `registry`'s papers.
-pub fn load_model_in(
+/// (the latest when `None`), rebuilt by the paper of `registry` the run names.
+pub fn load_model(
     registry: &Registry,
     run_dir: &Path,
     step: Option<u64>,

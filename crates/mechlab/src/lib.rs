@@ -18,7 +18,7 @@
 //! [`cli`] the command line as a library entry point that takes a registry.
 //!
 //! ```
-//! let registry = mechlab::experiment::Registry::builtin();
+//! let registry = mechlab::papers::registry();
 //! assert_eq!(registry.find("induction").map(|e| e.name()), Some("induction"));
 //! ```
 

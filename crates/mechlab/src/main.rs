@@ -4,5 +4,5 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    mechlab::cli::main(mechlab::experiment::Registry::builtin())
+    mechlab::cli::main(mechlab::papers::registry())
 }

@@ -3,15 +3,18 @@
 //! control), (K, Q) training leaves that direction for the nuclear-norm SVM's, and a
 //! run is bit-identical for one seed.
 
-use mechlab::experiment::{find, ExperimentError};
+use mechlab::experiment::ExperimentError;
 use mechlab::run::summary::Summary;
 use mechlab::run::RunCtx;
 use std::path::Path;
 
 fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, ExperimentError> {
-    let exp = find("attention-svm").unwrap();
+    let exp = mechlab::papers::registry().find("attention-svm").unwrap();
     let mut table = exp.default_config();
-    let text = mechlab::experiment::find_preset(preset).unwrap().text;
+    let text = mechlab::papers::registry()
+        .find_preset(preset)
+        .unwrap()
+        .text;
     mechlab::config::overlay(&mut table, &mechlab::config::parse(text, preset)?, preset)?;
     for o in overrides {
         mechlab::config::apply_override(&mut table, o)?;

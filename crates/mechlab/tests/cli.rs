@@ -36,7 +36,7 @@ fn run_small(dir: &Path, out: &str, extra: &[&str]) -> PathBuf {
 fn list_shows_every_preset_with_a_description() {
     let tmp = tempfile::tempdir().unwrap();
     let out = ok(tmp.path(), &["list"]);
-    for p in mechlab::experiment::all_presets() {
+    for p in mechlab::papers::registry().presets() {
         let line = out
             .lines()
             .find(|l| l.starts_with(p.name))

@@ -131,9 +131,13 @@ struct Outcome {
 }
 
 fn run_short(overrides: &[&str]) -> Outcome {
-    let exp = mechlab::experiment::find("induction").expect("registered");
+    let exp = mechlab::papers::registry()
+        .find("induction")
+        .expect("registered");
     let mut table = exp.default_config();
-    let preset = mechlab::experiment::find_preset("induction-simplified").unwrap();
+    let preset = mechlab::papers::registry()
+        .find_preset("induction-simplified")
+        .unwrap();
     mechlab::config::overlay(
         &mut table,
         &mechlab::config::parse(preset.text, "preset").unwrap(),

@@ -22,9 +22,9 @@ mod viewer;
 use viewer::viewer_matches_activations;
 
 fn train(experiment: &str, preset: &str, overrides: &[&str], dir: &Path) -> PathBuf {
-    let exp = mechlab::experiment::find(experiment).unwrap();
+    let exp = mechlab::papers::registry().find(experiment).unwrap();
     let mut t = exp.default_config();
-    let p = mechlab::experiment::find_preset(preset).unwrap();
+    let p = mechlab::papers::registry().find_preset(preset).unwrap();
     mechlab::config::overlay(
         &mut t,
         &mechlab::config::parse(p.text, preset).unwrap(),
@@ -89,7 +89,7 @@ fn induction_runs_load_as_their_trained_models() {
         // The report's viewers: the three copier heads, and the classifier's query.
         assert_eq!(viewer_matches_activations(&run, "attention"), 3);
         assert_eq!(viewer_matches_activations(&run, "attention_l2"), 1);
-        let mut loaded = load_model(&run, None).unwrap();
+        let mut loaded = load_model(&mechlab::papers::registry(), &run, None).unwrap();
         let (y, _) = loaded.run_with_cache(&batch, &[]).unwrap();
         let (mut fused, mut fresh) = (vec![0.0; n * 3], vec![0.0; n * 3]);
         if full {
@@ -116,7 +116,7 @@ fn induction_runs_load_as_their_trained_models() {
             "{preset}: training moved nothing, the test would not see a wrong checkpoint"
         );
         // an earlier step loads other parameters
-        let (y0, _) = load_model(&run, Some(0))
+        let (y0, _) = load_model(&mechlab::papers::registry(), &run, Some(0))
             .unwrap()
             .run_with_cache(&batch, &[])
             .unwrap();
@@ -134,7 +134,7 @@ fn selection_run_loads_with_the_vocabulary_of_its_checkpoint() {
         tmp.path(),
     );
     assert_eq!(viewer_matches_activations(&run, "attention"), 1);
-    let mut loaded = load_model(&run, None).unwrap();
+    let mut loaded = load_model(&mechlab::papers::registry(), &run, None).unwrap();
     // the preset's vocabulary: 4 + 4 + 24 tokens, d_model 64
     let data = Arc::new(SeqData {
         n: 0,
@@ -194,7 +194,7 @@ fn topic_run_loads_in_f32_and_matches_the_fused_loss() {
     );
     // f32 weights, widened exactly into the file and the viewer alike.
     assert_eq!(viewer_matches_activations(&run, "attention"), 1);
-    let mut loaded = load_model(&run, None).unwrap();
+    let mut loaded = load_model(&mechlab::papers::registry(), &run, None).unwrap();
     let cfg_text = std::fs::read_to_string(run.join("config.toml")).unwrap();
     assert!(
         cfg_text.contains("dtype = \"f32\""),
@@ -258,14 +258,24 @@ fn topic_run_loads_in_f32_and_matches_the_fused_loss() {
 fn missing_steps_and_corrupt_files_are_named() {
     let tmp = tempfile::tempdir().unwrap();
     let run = train("induction", "induction-simplified", INDUCTION, tmp.path());
-    let err = load_model(&run, Some(3)).err().unwrap();
+    let err = load_model(&mechlab::papers::registry(), &run, Some(3))
+        .err()
+        .unwrap();
     assert!(matches!(err, LoadError::NoStep { .. }), "{err}");
     assert!(err.to_string().contains("step_000003.safetensors"), "{err}");
     let ckpt = run.join("checkpoints").join(checkpoint::file_name(2));
     std::fs::write(&ckpt, b"not a checkpoint").unwrap();
-    let err = load_model(&run, Some(2)).err().unwrap();
+    let err = load_model(&mechlab::papers::registry(), &run, Some(2))
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("step_000002.safetensors"), "{err}");
-    let err = load_model(&tmp.path().join("nowhere"), None).err().unwrap();
+    let err = load_model(
+        &mechlab::papers::registry(),
+        &tmp.path().join("nowhere"),
+        None,
+    )
+    .err()
+    .unwrap();
     assert!(err.to_string().contains("config.toml"), "{err}");
     let cfg = run.join("config.toml");
     let text = std::fs::read_to_string(&cfg).unwrap();
@@ -274,6 +284,8 @@ fn missing_steps_and_corrupt_files_are_named() {
         text.replace("kind = \"simplified\"", "kind = \"other\""),
     )
     .unwrap();
-    let err = load_model(&run, None).err().unwrap();
+    let err = load_model(&mechlab::papers::registry(), &run, None)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("model.kind"), "{err}");
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 fn train(preset: &str, overrides: &[&str], dir: &Path) -> PathBuf {
     let resolved = mechlab::commands::resolve(
+        &mechlab::papers::registry(),
         preset,
         &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
         None,
@@ -26,7 +27,9 @@ fn train(preset: &str, overrides: &[&str], dir: &Path) -> PathBuf {
 /// Intervenes on `run` and checks effect `id`: `sign` is +1 where a larger
 /// metric is worse (a loss, a share of flips), −1 where smaller is.
 fn intervene_and_check(run: &Path, id: &str, sign: f64) -> serde_json::Value {
-    let v = mechlab::commands::intervene::run(run, &Request::default()).unwrap();
+    let v =
+        mechlab::commands::intervene::run(&mechlab::papers::registry(), run, &Request::default())
+            .unwrap();
     let e = v["effects"]
         .as_array()
         .unwrap()
@@ -54,6 +57,7 @@ fn attention_svm_rests_on_the_selected_token() {
     intervene_and_check(&run, "replace-selected", -1.0);
     // A fixed suite: the induction flags are refused, naming what runs instead.
     let e = mechlab::commands::intervene::run(
+        &mechlab::papers::registry(),
         &run,
         &Request {
             patch: true,

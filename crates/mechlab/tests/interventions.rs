@@ -22,7 +22,7 @@ fn config(dir: &Path, name: &str, interventions: &str) -> String {
 
 /// Layer 1's pattern (a function of W only) and layer 2's scores (W, C and a).
 fn layers(run: &Path, step: u64) -> (Vec<f64>, Vec<f64>) {
-    let mut m = load_model(run, Some(step)).unwrap();
+    let mut m = load_model(&mechlab::papers::registry(), run, Some(step)).unwrap();
     let batch = Batch::new((0..20).map(|i| (i * 7 % 3) as u32).collect(), 1, 20);
     let names = [
         "blocks.0.attn.hook_pattern",
@@ -223,7 +223,7 @@ fn an_ablated_head_gets_no_gradient_and_changes_the_run() {
         positions: None,
     }];
     for (run, ablated) in [("ablated", true), ("free", false)] {
-        let mut m = load_model(&d.join(run), None).unwrap();
+        let mut m = load_model(&mechlab::papers::registry(), &d.join(run), None).unwrap();
         let (own, _) = m.run_with_cache(&batch, &[]).unwrap();
         let zeroed = m.run_with_hooks(&batch, &zero_head0).unwrap();
         let diff = own

@@ -33,9 +33,11 @@ fn run_preset_logged(
     name: &str,
     overrides: &[&str],
 ) -> (Summary, Vec<mechlab::run::metrics::Record>) {
-    let exp = mechlab::experiment::find("markov-icl").expect("registered");
+    let exp = mechlab::papers::registry()
+        .find("markov-icl")
+        .expect("registered");
     let mut table = exp.default_config();
-    let preset = mechlab::experiment::find_preset(name).unwrap();
+    let preset = mechlab::papers::registry().find_preset(name).unwrap();
     mechlab::config::overlay(
         &mut table,
         &mechlab::config::parse(preset.text, "preset").unwrap(),
@@ -237,12 +239,14 @@ fn an_interrupted_run_resumes_to_the_same_summary() {
         args.extend_from_slice(&["--set", s]);
     }
     assert_eq!(
-        mechlab::cli::run(mechlab::experiment::Registry::builtin(), args).unwrap(),
+        mechlab::cli::run(mechlab::papers::registry(), args).unwrap(),
         0
     );
     let whole = mechlab::run::read_summary(&tmp.path().join("a")).unwrap();
     // the trained model comes back from its folder with its hook points
-    let mut m = mechlab::inspect::load_model(&tmp.path().join("a"), None).unwrap();
+    let mut m =
+        mechlab::inspect::load_model(&mechlab::papers::registry(), &tmp.path().join("a"), None)
+            .unwrap();
     let batch = mechlab_engine::hooks::Batch::new(vec![0, 1, 1, 0, 1, 0], 1, 6);
     let (y, cache) = m
         .run_with_cache(&batch, &["blocks.1.attn.hook_pattern"])
@@ -251,7 +255,13 @@ fn an_interrupted_run_resumes_to_the_same_summary() {
     assert_eq!(cache["blocks.1.attn.hook_pattern"].shape, vec![1, 1, 6, 6]);
 
     let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let resolved = mechlab::commands::resolve("markov-icl-bigram", &overrides, None).unwrap();
+    let resolved = mechlab::commands::resolve(
+        &mechlab::papers::registry(),
+        "markov-icl-bigram",
+        &overrides,
+        None,
+    )
+    .unwrap();
     let dir = tmp.path().join("b");
     let mut ctx = mechlab::run::RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
     ctx.stop_at = Some(77);
@@ -259,7 +269,7 @@ fn an_interrupted_run_resumes_to_the_same_summary() {
     let b = p("b");
     assert_eq!(
         mechlab::cli::run(
-            mechlab::experiment::Registry::builtin(),
+            mechlab::papers::registry(),
             vec!["mechlab", "--quiet", "resume", &b]
         )
         .unwrap(),

@@ -272,7 +272,7 @@ impl Paper for MeanPaper {
 // --- 4. register it: one line ---
 
 fn registry() -> Registry {
-    Registry::builtin().with(&MeanPaper)
+    mechlab::papers::registry().with(&MeanPaper)
 }
 
 fn try_cli(args: &[&str]) -> anyhow::Result<i32> {
@@ -310,15 +310,20 @@ fn a_paper_from_another_crate_runs_through_every_command() {
     assert!(html.contains("A toy paper for the plugin guide"));
 
     // Bad values are refused before any folder exists, naming the key.
-    let bad = mechlab::commands::resolve("mean-demo", &["data.n=0".into()], None)
+    let bad = mechlab::commands::resolve(&registry(), "mean-demo", &["data.n=0".into()], None)
         .err()
         .expect("refused")
         .to_string();
     assert!(bad.contains("data.n = 0"), "{bad}");
-    let bad = mechlab::commands::resolve("mean-demo", &["data.noise=gaussian".into()], None)
-        .err()
-        .expect("refused")
-        .to_string();
+    let bad = mechlab::commands::resolve(
+        &registry(),
+        "mean-demo",
+        &["data.noise=gaussian".into()],
+        None,
+    )
+    .err()
+    .expect("refused")
+    .to_string();
     assert!(bad.contains("gaussian"), "{bad}");
     let e = try_cli(&[
         "run",
@@ -334,7 +339,8 @@ fn a_paper_from_another_crate_runs_through_every_command() {
 
     // resume: an interrupted run ends bit-identical to the uninterrupted one.
     let resolved =
-        mechlab::commands::resolve("mean-demo", &["data.noise=spiky".into()], None).unwrap();
+        mechlab::commands::resolve(&registry(), "mean-demo", &["data.noise=spiky".into()], None)
+            .unwrap();
     let dir = tmp.path().join("b");
     let mut ctx = RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
     ctx.stop_at = Some(23);
@@ -379,7 +385,7 @@ fn a_paper_from_another_crate_runs_through_every_command() {
     );
 
     // inspect and intervene: the analysis half, through the same registry.
-    let mut m = mechlab::inspect::load_model_in(&registry(), &tmp.path().join("a"), None).unwrap();
+    let mut m = mechlab::inspect::load_model(&registry(), &tmp.path().join("a"), None).unwrap();
     let (y, cache) = m
         .run_with_cache(&Batch::new(vec![0, 1], 2, 1), &["hook_mu"])
         .unwrap();
@@ -414,9 +420,7 @@ fn a_paper_from_another_crate_runs_through_every_command() {
     assert!(bad.contains("--patch") && bad.contains("μ zeroed"), "{bad}");
 
     // list: the paper's preset sits beside the built-in ones.
-    let names: Vec<&str> = mechlab::experiment::all_presets()
-        .iter()
-        .map(|p| p.name)
-        .collect();
+    let rows = mechlab::commands::list(&registry());
+    let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert!(names.contains(&"mean-demo") && names.contains(&"induction-simplified"));
 }

@@ -11,10 +11,11 @@ fn a_run_and_a_resume_name_every_phase_in_order() {
         "synthetic.n_train=128".to_string(),
         "synthetic.n_test=64".into(),
     ];
-    let r = resolve("selection-synthetic", &small, Some(0)).unwrap();
+    let reg = mechlab::papers::registry();
+    let r = resolve(&reg, "selection-synthetic", &small, Some(0)).unwrap();
     let p = Arc::new(Progress::new());
     let dir = tmp.path().join("r");
-    run_with_progress(&r, &dir, "test", true, Some(p.clone())).unwrap();
+    run_with_progress(&reg, &r, &dir, "test", true, Some(p.clone())).unwrap();
     use Phase::*;
     assert_eq!(p.phases(), [Setup, Training, Measuring, Report, Done]);
     let (done, total) = p.get();
@@ -22,7 +23,7 @@ fn a_run_and_a_resume_name_every_phase_in_order() {
     // A finished run resumed goes through the same phases, its steps at the end.
     std::fs::remove_file(dir.join("summary.json")).unwrap();
     let q = Arc::new(Progress::new());
-    resume_with_progress(&dir, true, Some(q.clone())).unwrap();
+    resume_with_progress(&reg, &dir, true, Some(q.clone())).unwrap();
     assert_eq!(q.phases(), [Setup, Training, Measuring, Report, Done]);
     assert_eq!(q.get(), (total, total));
 }

@@ -2,7 +2,7 @@
 //! max-margin solver, the mechanism with its swapped-selection control, resume,
 //! bad inputs, and (when the shared data is present) the U-shape on real IMDB.
 
-use mechlab::experiment::{find, ExperimentError};
+use mechlab::experiment::ExperimentError;
 use mechlab::papers::selection::data::{generate, SeqData, SynthConfig};
 use mechlab::papers::selection::model::{ModelConfig, SelectionModel};
 use mechlab::papers::selection::probes as pr;
@@ -167,9 +167,12 @@ fn max_margin_solver_matches_the_closed_form() {
 }
 
 fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, ExperimentError> {
-    let exp = find("selection").unwrap();
+    let exp = mechlab::papers::registry().find("selection").unwrap();
     let mut table = exp.default_config();
-    let text = mechlab::experiment::find_preset(preset).unwrap().text;
+    let text = mechlab::papers::registry()
+        .find_preset(preset)
+        .unwrap()
+        .text;
     mechlab::config::overlay(&mut table, &mechlab::config::parse(text, preset)?, preset)?;
     for o in overrides {
         mechlab::config::apply_override(&mut table, o)?;
@@ -295,9 +298,10 @@ fn an_interrupted_run_resumes_to_the_same_result() {
     let tmp = tempfile::tempdir().unwrap();
     let over = ["synthetic.n_train=128", "run.checkpoint_every=100"];
     let a = run_preset("selection-synthetic", &over, &tmp.path().join("a")).unwrap();
-    let exp = find("selection").unwrap();
+    let exp = mechlab::papers::registry().find("selection").unwrap();
     let mut table = exp.default_config();
-    let text = mechlab::experiment::find_preset("selection-synthetic")
+    let text = mechlab::papers::registry()
+        .find_preset("selection-synthetic")
         .unwrap()
         .text;
     mechlab::config::overlay(&mut table, &mechlab::config::parse(text, "p").unwrap(), "p").unwrap();

@@ -187,8 +187,8 @@ use mechlab::run::RunCtx;
 use std::path::Path;
 
 fn table(preset: &str, overrides: &[&str]) -> toml::Table {
-    let exp = mechlab::experiment::find("topic").unwrap();
-    let p = mechlab::experiment::find_preset(preset).unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
+    let p = mechlab::papers::registry().find_preset(preset).unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(
         &mut t,
@@ -213,7 +213,7 @@ fn table(preset: &str, overrides: &[&str]) -> toml::Table {
 }
 
 fn run(dir: &Path, t: toml::Table) -> Summary {
-    let exp = mechlab::experiment::find("topic").unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
     let prepared = exp.prepare(&t, "test").unwrap();
     let mut ctx = RunCtx::create(dir, t, "test", true).unwrap();
     let s = prepared.run(&mut ctx).unwrap();
@@ -297,7 +297,7 @@ fn resume_is_bit_identical_with_fresh_masks_and_early_stopping() {
         "run.checkpoint_every=20",
     ];
     let full = run(&tmp.path().join("full"), table("topic-value", &o));
-    let exp = mechlab::experiment::find("topic").unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
     let dir = tmp.path().join("cut");
     let prepared = exp.prepare(&table("topic-value", &o), "test").unwrap();
     let mut ctx = RunCtx::create(&dir, table("topic-value", &o), "test", true).unwrap();
@@ -314,7 +314,7 @@ fn resume_is_bit_identical_with_fresh_masks_and_early_stopping() {
 #[test]
 fn bad_settings_are_typed_errors() {
     let tmp = tempfile::tempdir().unwrap();
-    let exp = mechlab::experiment::find("topic").unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
     // Each is refused when the config is prepared, before any run folder exists.
     for bad in [
         &["data.alpha=-1.0"][..],
@@ -381,7 +381,7 @@ fn wikipedia_embeddings_group_lda_topics_and_broken_files_are_named() {
     let cut = tmp.path().join("cut.json");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let f = format!("wiki.file=\"{}\"", cut.display());
-    let exp = mechlab::experiment::find("topic").unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
     let prepared = exp
         .prepare(&table("topic-wikipedia", &[f.as_str()]), "test")
         .unwrap();

@@ -15,8 +15,10 @@ fn model_dir() -> PathBuf {
 }
 
 fn table(overrides: &[String]) -> toml::Table {
-    let exp = mechlab::experiment::find("topic-bert").unwrap();
-    let p = mechlab::experiment::find_preset("topic-bert").unwrap();
+    let exp = mechlab::papers::registry().find("topic-bert").unwrap();
+    let p = mechlab::papers::registry()
+        .find_preset("topic-bert")
+        .unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(
         &mut t,
@@ -51,7 +53,7 @@ fn shortened_run_and_a_bad_model_folder() {
     .map(|s| s.to_string())
     .collect();
     o.push(format!("model.path=\"{}\"", model_dir().display()));
-    let exp = mechlab::experiment::find("topic-bert").unwrap();
+    let exp = mechlab::papers::registry().find("topic-bert").unwrap();
     let dir = tmp.path().join("run");
     let prepared = exp.prepare(&table(&o), "test").unwrap();
     let mut ctx = RunCtx::create(&dir, table(&o), "test", true).unwrap();
@@ -67,7 +69,8 @@ fn shortened_run_and_a_bad_model_folder() {
     // Every head of the six layers, in the viewer and in the activation file alike.
     assert_eq!(viewer_matches_activations(&dir, "attention"), 72);
     // Inspecting the run gives the pretrained encoder it read (it trains nothing: step 0 only).
-    let mut loaded = mechlab::inspect::load_model(&dir, None).unwrap();
+    let mut loaded =
+        mechlab::inspect::load_model(&mechlab::papers::registry(), &dir, None).unwrap();
     let p = mechlab::pretrained::Pretrained::load(&model_dir().display().to_string()).unwrap();
     let (batch, _) = p.encode(&["Jazz is a music genre."]).unwrap();
     let mut fresh = p.model;
@@ -77,7 +80,7 @@ fn shortened_run_and_a_bad_model_folder() {
         fresh.run_with_cache(&batch, &[]).unwrap().0.data
     );
     assert!(matches!(
-        mechlab::inspect::load_model(&dir, Some(3)),
+        mechlab::inspect::load_model(&mechlab::papers::registry(), &dir, Some(3)),
         Err(mechlab::inspect::LoadError::NoStep { step: 3, .. })
     ));
     for f in [
@@ -94,8 +97,12 @@ fn shortened_run_and_a_bad_model_folder() {
 
     // Intervene: removing every layer's attention on same-topic words shrinks
     // the output's topic gap; removing as many different-topic keys does not.
-    let v =
-        mechlab::commands::intervene::run(&dir, &mechlab::analysis::Request::default()).unwrap();
+    let v = mechlab::commands::intervene::run(
+        &mechlab::papers::registry(),
+        &dir,
+        &mechlab::analysis::Request::default(),
+    )
+    .unwrap();
     let effects = v["effects"].as_array().unwrap();
     assert_eq!(effects.len(), 3);
     let e = effects

@@ -15,8 +15,8 @@ use mechlab_engine::hooks::{Batch, Tensor};
 use std::path::Path;
 
 fn table(preset: &str, overrides: &[&str]) -> toml::Table {
-    let exp = mechlab::experiment::find("topic").unwrap();
-    let p = mechlab::experiment::find_preset(preset).unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
+    let p = mechlab::papers::registry().find_preset(preset).unwrap();
     let mut t = exp.default_config();
     mechlab::config::overlay(
         &mut t,
@@ -40,7 +40,7 @@ fn table(preset: &str, overrides: &[&str]) -> toml::Table {
 }
 
 fn run(dir: &Path, t: toml::Table) -> Summary {
-    let exp = mechlab::experiment::find("topic").unwrap();
+    let exp = mechlab::papers::registry().find("topic").unwrap();
     let prepared = exp.prepare(&t, "test").unwrap();
     let mut ctx = RunCtx::create(dir, t, "test", true).unwrap();
     let s = prepared.run(&mut ctx).unwrap();

@@ -16,6 +16,7 @@
 
 use super::sweep::{self, Row, SweepError, SweepSpec, MISSING};
 use super::sweep_folder;
+use crate::experiment::Registry;
 // Through `super`, so this file does not name where experiments live.
 use super::ExperimentError;
 use crate::run::{atomic, io_err, read_summary, RunError};
@@ -149,6 +150,7 @@ impl Plan {
 /// the folder, another is refused unless `replace`) and makes the task folders. `shards` defaults
 /// to one per run.
 pub fn prepare(
+    reg: &Registry,
     spec: &SweepSpec,
     out: &Path,
     shards: Option<usize>,
@@ -163,7 +165,7 @@ pub fn prepare(
             all.len()
         )));
     }
-    let plan = sweep_folder::open(spec, out, shards, mechlab, replace)?;
+    let plan = sweep_folder::open(reg, spec, out, shards, mechlab, replace)?;
     for sub in ["logs", "slurm", "shards"] {
         let d = out.join(sub);
         std::fs::create_dir_all(&d).map_err(io_err(&d))?;
@@ -213,6 +215,7 @@ struct Failure {
 /// Returns the shard's rows; a run's error is recorded in its folder
 /// (`failed.json`, with this task's log), not returned.
 pub fn run_shard(
+    reg: &Registry,
     sweep: &Path,
     (i, n): (usize, usize),
     jobs: usize,
@@ -260,7 +263,7 @@ pub fn run_shard(
             .map(|r| {
                 let dir = r.dir(sweep);
                 let (status, metrics) =
-                    match sweep_folder::run_or_resume(&spec, &keys, r, &dir, command) {
+                    match sweep_folder::run_or_resume(reg, &spec, &keys, r, &dir, command) {
                         Ok(m) => ("ok".to_string(), m),
                         // Ctrl-C wrote a checkpoint: the run is unfinished, not failed,
                         // and the next attempt resumes it.

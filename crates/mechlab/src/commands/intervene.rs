@@ -25,13 +25,9 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> InterveneError + '_ {
     }
 }
 
-/// Runs the request on `run_dir` with the installed registry's papers.
-pub fn run(run_dir: &Path, req: &Request) -> Result<serde_json::Value, InterveneError> {
-    run_in(crate::experiment::registry(), run_dir, req)
-}
-
-/// Runs the request on `run_dir`, writes its files and returns the JSON written.
-pub fn run_in(
+/// Runs the request on `run_dir` with the paper of `registry` the run names,
+/// writes its files and returns the JSON written.
+pub fn run(
     registry: &Registry,
     run_dir: &Path,
     req: &Request,
@@ -72,7 +68,7 @@ pub fn run_in(
         .unwrap_or("")
         .to_string();
     std::fs::write(&notes_path, kept + &notes).map_err(io(&notes_path))?;
-    super::report::build(run_dir)?;
+    super::report::build(registry, run_dir)?;
     Ok(out)
 }
 

@@ -12,7 +12,7 @@ pub mod sweep;
 pub mod sweep_folder;
 
 use crate::config::{self, ConfigError};
-use crate::experiment::{self, Experiment, ExperimentError, Prepared};
+use crate::experiment::{Experiment, ExperimentError, Prepared, Registry};
 use crate::run::progress::{Phase, Progress};
 use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};
@@ -32,11 +32,12 @@ pub struct Resolved {
 /// Resolves `source` (a preset name or a TOML file) with `--set` overrides and an
 /// optional seed.
 pub fn resolve(
+    reg: &Registry,
     source: &str,
     overrides: &[String],
     seed: Option<u64>,
 ) -> Result<Resolved, ConfigError> {
-    let (file_table, file_label, label) = if let Some(p) = experiment::find_preset(source) {
+    let (file_table, file_label, label) = if let Some(p) = reg.find_preset(source) {
         (
             config::parse(p.text, &format!("preset {}", p.name))?,
             format!("preset {}", p.name),
@@ -54,11 +55,11 @@ pub fn resolve(
     } else {
         return Err(ConfigError::UnknownSource {
             name: source.to_string(),
-            suggestion: config::closest(source, experiment::all_presets().iter().map(|p| p.name)),
+            suggestion: config::closest(source, reg.presets().iter().map(|p| p.name)),
         });
     };
     let names = || {
-        experiment::all()
+        reg.all()
             .iter()
             .map(|e| e.name())
             .collect::<Vec<_>>()
@@ -86,11 +87,13 @@ pub fn resolve(
             })
         }
     };
-    let experiment = experiment::find(exp_name).ok_or_else(|| ConfigError::UnknownExperiment {
-        file: file_label.clone(),
-        name: exp_name.to_string(),
-        suggestion: config::closest(exp_name, experiment::all().iter().map(|e| e.name())),
-    })?;
+    let experiment = reg
+        .find(exp_name)
+        .ok_or_else(|| ConfigError::UnknownExperiment {
+            file: file_label.clone(),
+            name: exp_name.to_string(),
+            suggestion: config::closest(exp_name, reg.all().iter().map(|e| e.name())),
+        })?;
     let mut table = experiment.default_config();
     config::overlay(&mut table, &file_table, &file_label)?;
     for o in overrides {
@@ -127,16 +130,18 @@ pub fn run_dir(out: Option<&Path>, label: &str, seed: u64) -> PathBuf {
 
 /// Runs a resolved config into `dir` and builds its report.
 pub fn run(
+    reg: &Registry,
     resolved: &Resolved,
     dir: &Path,
     command: &str,
     quiet: bool,
 ) -> Result<Summary, ExperimentError> {
-    run_with_progress(resolved, dir, command, quiet, None)
+    run_with_progress(reg, resolved, dir, command, quiet, None)
 }
 
 /// [`run`], reporting the training steps done into `progress` as it goes.
 pub fn run_with_progress(
+    reg: &Registry,
     resolved: &Resolved,
     dir: &Path,
     command: &str,
@@ -149,27 +154,28 @@ pub fn run_with_progress(
     tracing::info!(run = %dir.display(), experiment = resolved.experiment.name(), "run started");
     let summary = resolved.prepared.run(&mut ctx)?;
     tracing::info!(run = %dir.display(), pass = summary.all_pass(), "run finished");
-    finish(&ctx, &summary)?;
+    finish(reg, &ctx, &summary)?;
     Ok(summary)
 }
 
 /// The summary, figures and report of a run that has measured everything.
-fn finish(ctx: &RunCtx, summary: &Summary) -> Result<(), ExperimentError> {
+fn finish(reg: &Registry, ctx: &RunCtx, summary: &Summary) -> Result<(), ExperimentError> {
     ctx.set_phase(Phase::Report);
     ctx.finish(summary)?;
-    report::build(ctx.dir())?;
+    report::build(reg, ctx.dir())?;
     ctx.set_phase(Phase::Done);
     Ok(())
 }
 
 /// Continues an interrupted run from its latest checkpoint, then builds its report.
-pub fn resume(dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
-    resume_with_progress(dir, quiet, None)
+pub fn resume(reg: &Registry, dir: &Path, quiet: bool) -> Result<Summary, ExperimentError> {
+    resume_with_progress(reg, dir, quiet, None)
 }
 
 /// [`resume`], reporting its phases and steps (from the step it resumes at) into
 /// `progress`.
 pub fn resume_with_progress(
+    reg: &Registry,
     dir: &Path,
     quiet: bool,
     progress: Option<Arc<Progress>>,
@@ -186,11 +192,13 @@ pub fn resume_with_progress(
         .get("experiment")
         .and_then(|v| v.as_str())
         .unwrap_or_default();
-    let exp = experiment::find(name).ok_or_else(|| ConfigError::UnknownExperiment {
-        file: file.clone(),
-        name: name.to_string(),
-        suggestion: None,
-    })?;
+    let exp = reg
+        .find(name)
+        .ok_or_else(|| ConfigError::UnknownExperiment {
+            file: file.clone(),
+            name: name.to_string(),
+            suggestion: None,
+        })?;
     let prepared = exp.prepare(&table, &file)?;
     let (mut ctx, _) = RunCtx::resume(dir, quiet)?;
     ctx.progress = progress;
@@ -198,13 +206,13 @@ pub fn resume_with_progress(
     let name = ctx.experiment().to_string();
     tracing::info!(run = %dir.display(), experiment = %name, "resuming");
     let summary = prepared.run(&mut ctx)?;
-    finish(&ctx, &summary)?;
+    finish(reg, &ctx, &summary)?;
     Ok(summary)
 }
 
 /// `(name, experiment, description)` of every preset.
-pub fn list() -> Vec<(String, String, String)> {
-    experiment::all_presets()
+pub fn list(reg: &Registry) -> Vec<(String, String, String)> {
+    reg.presets()
         .into_iter()
         .map(|p| (p.name.to_string(), p.experiment(), p.description()))
         .collect()

@@ -4,7 +4,7 @@
 //! `notes.md` and `timing.json`; renders each figure to SVG and PNG, and writes
 //! `report.html` (self-contained) and `report.md`.
 
-use crate::experiment;
+use crate::experiment::Registry;
 use crate::run::{atomic, io_err, read_origin, read_summary, RunError};
 use mechlab_report::{Block, Report, Section};
 use std::path::Path;
@@ -17,7 +17,10 @@ fn report_err(path: &Path) -> impl FnOnce(mechlab_report::ReportError) -> RunErr
 }
 
 /// The run's report document (also used by the combined reproduce report).
-pub fn document(dir: &Path) -> Result<(Report, Vec<mechlab_report::Figure>), RunError> {
+pub fn document(
+    reg: &Registry,
+    dir: &Path,
+) -> Result<(Report, Vec<mechlab_report::Figure>), RunError> {
     let summary = read_summary(dir)?;
     let fig_dir = dir.join("figures");
     let figures = if fig_dir.exists() {
@@ -42,7 +45,8 @@ pub fn document(dir: &Path) -> Result<(Report, Vec<mechlab_report::Figure>), Run
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v["seconds"].as_f64());
-    let citation = experiment::find(&summary.experiment)
+    let citation = reg
+        .find(&summary.experiment)
         .map(|e| e.citation())
         .unwrap_or("");
 
@@ -129,8 +133,8 @@ pub fn fmt_num(v: f64) -> String {
 }
 
 /// Rebuilds `figures/*.{svg,png}`, `report.html` and `report.md` of the run in `dir`.
-pub fn build(dir: &Path) -> Result<(), RunError> {
-    let (report, figures) = document(dir)?;
+pub fn build(reg: &Registry, dir: &Path) -> Result<(), RunError> {
+    let (report, figures) = document(reg, dir)?;
     let fig_dir = dir.join("figures");
     mechlab_report::write_figures(&fig_dir, &figures).map_err(report_err(&fig_dir))?;
     write_report(dir, &report, &figures, "figures")

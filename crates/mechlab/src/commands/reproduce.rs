@@ -8,7 +8,7 @@
 
 use super::{report, resolve, run};
 use crate::config::ConfigError;
-use crate::experiment::{self, ExperimentError, KnownFinding, ReproduceItem};
+use crate::experiment::{ExperimentError, KnownFinding, Registry, ReproduceItem};
 use crate::run::progress::Progress;
 use crate::run::summary::Summary;
 use crate::run::{atomic, io_err, RunError};
@@ -61,23 +61,25 @@ impl Outcome {
 
 /// Runs the reproduce presets of `papers` (all when empty) into `out`.
 pub fn reproduce(
+    reg: &Registry,
     papers: &[String],
     out: &Path,
     quiet: bool,
     command: &str,
 ) -> Result<Vec<Outcome>, ExperimentError> {
-    reproduce_with_progress(papers, out, quiet, command, None)
+    reproduce_with_progress(reg, papers, out, quiet, command, None)
 }
 
 /// [`reproduce`], counting finished runs into `progress`.
 pub fn reproduce_with_progress(
+    reg: &Registry,
     papers: &[String],
     out: &Path,
     quiet: bool,
     command: &str,
     progress: Option<&Progress>,
 ) -> Result<Vec<Outcome>, ExperimentError> {
-    let all = experiment::all();
+    let all = reg.all();
     for p in papers {
         if !all.iter().any(|e| e.name() == p) {
             return Err(ExperimentError::Config(ConfigError::UnknownExperiment {
@@ -106,9 +108,9 @@ pub fn reproduce_with_progress(
                 eprintln!("reproduce: {name} ({})", exp.name());
             }
             let t0 = Instant::now();
-            let result = resolve(item.preset, &item.overrides, None)
+            let result = resolve(reg, item.preset, &item.overrides, None)
                 .map_err(ExperimentError::from)
-                .and_then(|r| run(&r, &dir, command, quiet))
+                .and_then(|r| run(reg, &r, &dir, command, quiet))
                 .map_err(|e| e.to_string());
             outcomes.push(Outcome {
                 paper: exp.name().to_string(),
@@ -123,7 +125,7 @@ pub fn reproduce_with_progress(
             }
         }
     }
-    write_combined(out, &outcomes)?;
+    write_combined(reg, out, &outcomes)?;
     Ok(outcomes)
 }
 
@@ -164,7 +166,7 @@ fn run_name(item: &ReproduceItem, all: &[ReproduceItem]) -> String {
     }
 }
 
-fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
+fn write_combined(reg: &Registry, out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let total: f64 = outcomes.iter().map(|o| o.seconds).sum();
     let mut verdict_blocks = Vec::new();
@@ -234,7 +236,7 @@ fn write_combined(out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
     // Each run's figures, under the run's own heading, ids prefixed by the run.
     let mut figures = Vec::new();
     for o in outcomes.iter().filter(|o| o.result.is_ok()) {
-        if let Ok((_, figs)) = report::document(&o.dir) {
+        if let Ok((_, figs)) = report::document(reg, &o.dir) {
             let mut blocks = Vec::new();
             for mut f in figs {
                 f.id = format!("{}/figures/{}", o.name, f.id);

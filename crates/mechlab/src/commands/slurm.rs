@@ -10,6 +10,7 @@
 //! accounting, so its failure is reported, not fatal).
 
 use super::cluster::{ClusterError, Plan, TaskState};
+use crate::experiment::Registry;
 use crate::run::{atomic, io_err};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -382,6 +383,7 @@ pub struct Launched {
 /// Plans the sweep into `out` (`replace`: over another sweep there), writes its
 /// scripts and, unless `dry_run`, submits them.
 pub fn launch(
+    reg: &Registry,
     spec: &super::sweep::SweepSpec,
     out: &Path,
     shards: Option<usize>,
@@ -392,7 +394,7 @@ pub fn launch(
 ) -> Result<Launched, ClusterError> {
     // Before any folder is made: a bad option should leave nothing behind.
     opts.validate()?;
-    let plan = super::cluster::prepare(spec, out, shards, writer, replace)?;
+    let plan = super::cluster::prepare(reg, spec, out, shards, writer, replace)?;
     let sweep = out.canonicalize().map_err(io_err(out))?;
     let (array_script, merge_script) = write_scripts(&sweep, &plan, opts)?;
     let jobs = if dry_run { None } else { Some(submit(&sweep)?) };

@@ -21,6 +21,7 @@
 
 use super::cluster::Writer;
 use super::{resolve, sweep_folder, ExperimentError, Resolved};
+use crate::experiment::Registry;
 use crate::run::progress::Progress;
 use crate::run::{atomic, io_err, RunError};
 use rayon::prelude::*;
@@ -161,6 +162,7 @@ pub fn plan(grid: &[(String, Vec<String>)], seeds: &[u64]) -> Vec<(usize, Vec<St
 
 /// The resolved config of one run: the sweep's overrides, then its grid values.
 pub(crate) fn resolve_run(
+    reg: &Registry,
     spec: &SweepSpec,
     keys: &[String],
     vals: &[String],
@@ -168,23 +170,25 @@ pub(crate) fn resolve_run(
 ) -> Result<Resolved, SweepError> {
     let mut ov = spec.overrides.clone();
     ov.extend(keys.iter().zip(vals).map(|(k, v)| format!("{k}={v}")));
-    Ok(resolve(&spec.source, &ov, Some(seed))?)
+    Ok(resolve(reg, &spec.source, &ov, Some(seed))?)
 }
 
 /// Runs the sweep into `out` with `jobs` runs at a time; returns its rows. A
 /// folder that already holds this sweep is continued (see [`sweep_folder`]).
 pub fn sweep(
+    reg: &Registry,
     spec: &SweepSpec,
     out: &Path,
     jobs: usize,
     command: &str,
 ) -> Result<Vec<Row>, SweepError> {
-    sweep_with_progress(spec, out, jobs, command, None, false)
+    sweep_with_progress(reg, spec, out, jobs, command, None, false)
 }
 
 /// [`sweep`], counting finished runs into `progress` (which replaces the
 /// terminal bar); `replace` starts the folder over when it holds another sweep.
 pub fn sweep_with_progress(
+    reg: &Registry,
     spec: &SweepSpec,
     out: &Path,
     jobs: usize,
@@ -198,7 +202,7 @@ pub fn sweep_with_progress(
             .unwrap_or_default(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let plan = sweep_folder::open(spec, out, 1, writer, replace)?;
+    let plan = sweep_folder::open(reg, spec, out, 1, writer, replace)?;
     let (spec, keys, runs) = (plan.spec(), plan.keys(), plan.runs());
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(jobs.max(1))
@@ -214,7 +218,7 @@ pub fn sweep_with_progress(
     let rows: Vec<Row> = pool.install(|| {
         runs.par_iter()
             .map(|r| {
-                let res = sweep_folder::run_or_resume(&spec, &keys, r, &r.dir(out), command);
+                let res = sweep_folder::run_or_resume(reg, &spec, &keys, r, &r.dir(out), command);
                 bar.inc(1);
                 if let Some(p) = progress {
                     p.inc();

@@ -25,6 +25,7 @@
 use super::cluster::{Plan, PlannedRun, Writer, PLAN_FILE};
 use super::sweep::{self, SweepError, SweepSpec};
 use super::{resume, run};
+use crate::experiment::Registry;
 use crate::run::{atomic, checkpoint, io_err, read_summary};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,7 @@ pub const RUN_FILES: &[&str] = &[
 /// recorded) and returns its plan; see the module doc. Every run's config is
 /// resolved first, so a bad key fails before the folder is touched.
 pub fn open(
+    reg: &Registry,
     spec: &SweepSpec,
     out: &Path,
     shards: usize,
@@ -72,10 +74,10 @@ pub fn open(
     let all = sweep::plan(&spec.grid, &spec.seeds);
     for (i, (_, vals, seed)) in all.iter().enumerate() {
         if spec.shard.is_none_or(|(s, n)| i % n == s) {
-            sweep::resolve_run(spec, &keys, vals, *seed)?;
+            sweep::resolve_run(reg, spec, &keys, vals, *seed)?;
         }
     }
-    let is_preset = crate::experiment::find_preset(&spec.source).is_some();
+    let is_preset = reg.find_preset(&spec.source).is_some();
     let file_name = if is_preset {
         None
     } else {
@@ -100,7 +102,7 @@ pub fn open(
         clear_sweep(out)?;
     } else if recorded.is_file() {
         let old = read_plan(out)?;
-        let diffs = differences(&old, spec, writer.version.as_str());
+        let diffs = differences(reg, &old, spec, writer.version.as_str());
         if !diffs.is_empty() {
             return Err(refuse(format!(
                 "holds another sweep ({} records it): {}",
@@ -158,10 +160,10 @@ fn read_plan(out: &Path) -> Result<Plan, SweepError> {
 
 /// Each way `spec` (run by mechlab `version`) is not the sweep `old` records, in
 /// words; empty when it is the same sweep.
-fn differences(old: &Plan, spec: &SweepSpec, version: &str) -> Vec<String> {
+fn differences(reg: &Registry, old: &Plan, spec: &SweepSpec, version: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let recorded_is_preset = crate::experiment::find_preset(&old.source).is_some();
-    let new_is_preset = crate::experiment::find_preset(&spec.source).is_some();
+    let recorded_is_preset = reg.find_preset(&old.source).is_some();
+    let new_is_preset = reg.find_preset(&spec.source).is_some();
     match (recorded_is_preset, new_is_preset) {
         (true, true) if old.source != spec.source => out.push(format!(
             "the preset was {}, now {}",
@@ -272,6 +274,7 @@ fn remove_all(paths: &[PathBuf]) -> Result<(), SweepError> {
 /// from its newest checkpoint, else run from scratch (a folder it cannot resume
 /// from is cleared of mechlab's files first, a user's files stay).
 pub(crate) fn run_or_resume(
+    reg: &Registry,
     spec: &SweepSpec,
     keys: &[String],
     r: &PlannedRun,
@@ -282,14 +285,14 @@ pub(crate) fn run_or_resume(
     if dir.join("summary.json").is_file() {
         // A kill between the summary and the report leaves the report to rebuild.
         if !dir.join("report.html").is_file() {
-            super::report::build(dir)?;
+            super::report::build(reg, dir)?;
         }
         return Ok(read_summary(dir)?.metrics);
     }
     let started =
         dir.join("config.toml").is_file() && !checkpoint::list(&dir.join("checkpoints")).is_empty();
     if started {
-        match resume(dir, true) {
+        match resume(reg, dir, true) {
             Ok(s) => {
                 eprintln!("{}: resumed from its checkpoints", r.id());
                 return Ok(s.metrics);
@@ -300,6 +303,6 @@ pub(crate) fn run_or_resume(
         }
     }
     remove_all(&RUN_FILES.iter().map(|n| dir.join(n)).collect::<Vec<_>>())?;
-    let resolved = sweep::resolve_run(spec, keys, &r.values, r.seed)?;
-    Ok(run(&resolved, dir, command, true)?.metrics)
+    let resolved = sweep::resolve_run(reg, spec, keys, &r.values, r.seed)?;
+    Ok(run(reg, &resolved, dir, command, true)?.metrics)
 }

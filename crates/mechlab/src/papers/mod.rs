@@ -12,16 +12,16 @@ pub mod selection;
 pub mod topic;
 pub mod topic_bert;
 
-use crate::experiment::Experiment;
+use crate::experiment::Registry;
 
-/// The built-in papers, in `mechlab list` and `mechlab reproduce` order.
-pub fn builtin() -> Vec<&'static dyn Experiment> {
-    vec![
-        &induction::Induction,
-        &markov_icl::MarkovIcl,
-        &selection::Selection,
-        &topic::TopicExperiment,
-        &topic_bert::TopicBert,
-        &attention_svm::AttentionSvm,
-    ]
+/// The built-in papers, in `mechlab list` and `mechlab reproduce` order (add
+/// your own with [`Registry::with`]).
+pub fn registry() -> Registry {
+    Registry::empty()
+        .with(&induction::Induction)
+        .with(&markov_icl::MarkovIcl)
+        .with(&selection::Selection)
+        .with(&topic::TopicExperiment)
+        .with(&topic_bert::TopicBert)
+        .with(&attention_svm::AttentionSvm)
 }
