@@ -23,6 +23,7 @@ pub mod analysis;
 pub mod config;
 pub mod data;
 pub mod hooks;
+mod measure;
 pub mod minimal;
 pub mod model;
 pub mod phases;
@@ -364,7 +365,7 @@ fn run_typed<T: Float, M: IclModel<T>>(
     report::finish(
         cfg,
         ctx,
-        &report::Finals {
+        &measure::Finals {
             fitted_loss: fitted.final_loss,
             fin,
             base,
@@ -393,7 +394,7 @@ fn train_plain<T: Float, M: IclModel<T>>(
     cfg: &MarkovConfig,
     seed: u64,
     ctx: &mut RunCtx,
-) -> Result<report::Curve, ExperimentError> {
+) -> Result<measure::Curve, ExperimentError> {
     let eval = eval_batch(&cfg.data, cfg.probe.n_eval, seed).map_err(bad)?;
     let model = M::build(cfg, seed).map_err(bad)?;
     let mut task = Task::new(model, &cfg.data, substream(seed, Stream::Data, 2)).map_err(bad)?;
@@ -402,7 +403,7 @@ fn train_plain<T: Float, M: IclModel<T>>(
         .and_then(|o| o.with_decay_on(&cfg.train.weight_decay_on, &task))
         .map_err(bad)?;
     let total = cfg.train.total_steps();
-    let mut curve = report::Curve::default();
+    let mut curve = measure::Curve::default();
     let base = probes::strategy_losses(&eval, cfg.data.vocab, cfg.data.alpha, 2);
     (curve.uniform, curve.bayes) = (base[0], base[2]);
     for step in 0..=total {

@@ -4,8 +4,8 @@
 
 use super::config::{MarkovConfig, ModelKind};
 use super::data::Prior;
+use super::measure::{fmt_step, round3, Finals, History};
 use super::probes;
-use super::report::{fmt_step, round3, Finals, History};
 use crate::run::metrics;
 use crate::run::summary::Summary;
 

@@ -21,6 +21,7 @@ pub mod causal;
 pub mod config;
 pub mod data;
 pub mod hooks;
+pub mod measure;
 pub mod model;
 pub mod probes;
 pub mod report;

@@ -5,7 +5,10 @@
 //! ([`FinalProbes`]) and the probe / dev-loss curves logged during training.
 
 use super::config::TopicConfig;
-use super::training::{Early, Probes};
+use super::measure::{
+    FinalProbes, PAPER_BEST_EPOCH, PAPER_DEV_LOSS_BEST, PAPER_DEV_LOSS_EPOCH0, PAPER_WV_DIFF,
+    PAPER_WV_SAME,
+};
 use crate::config::name_of;
 use crate::experiment::ExperimentError;
 use crate::papers::topic::data::{LdaModel, N_SPECIAL};
@@ -16,41 +19,6 @@ use crate::run::summary::Summary;
 use crate::run::RunCtx;
 use mechlab_report::{Figure, Series};
 use serde_json::{Map, Value};
-
-/// The authors' committed demo outputs (topic-value with the BERT embedding block).
-pub const PAPER_DEV_LOSS_EPOCH0: f64 = 4.80;
-pub const PAPER_DEV_LOSS_BEST: f64 = 3.395;
-pub const PAPER_BEST_EPOCH: u64 = 4;
-pub const PAPER_WV_SAME: f64 = 7.34;
-pub const PAPER_WV_DIFF: f64 = -0.18;
-
-/// What the run measured on its best checkpoint.
-pub struct FinalProbes {
-    pub probes: Probes,
-    pub bound: f64,
-    pub test_loss: f64,
-    pub early: Early,
-    pub spe: u64,
-    pub stopped_at: u64,
-    pub value_rows: Vec<f64>,
-    pub embeddings: Vec<f64>,
-    pub d_model: usize,
-    /// The uniform-attention check ([`super::causal`]), attention presets only.
-    pub causal: Option<super::causal::UniformAttention>,
-}
-
-/// First step at which `y` reaches `frac` of its last value (None if it never does
-/// or the last value is not positive).
-pub fn time_to_fraction(x: &[f64], y: &[f64], frac: f64) -> Option<f64> {
-    let last = *y.last()?;
-    if last <= 0.0 {
-        return None;
-    }
-    x.iter()
-        .zip(y)
-        .find(|(_, v)| **v >= frac * last)
-        .map(|(s, _)| *s)
-}
 
 pub fn report(
     ctx: &mut RunCtx,

@@ -1,7 +1,8 @@
 //! The topic experiment on synthetic LDA documents (the paper's setting).
 
 use super::config::TopicConfig;
-use super::report::{report, FinalProbes};
+use super::measure::FinalProbes;
+use super::report::report;
 use super::training::{
     dev_loss, log_probes, make_set, measure, pattern_viewer, record_patterns, value_rows, TopicRun,
 };

@@ -5,7 +5,7 @@
 //! stages.
 
 use super::config::TopicConfig;
-use super::report::{time_to_fraction, FinalProbes};
+use super::measure::{time_to_fraction, FinalProbes};
 use crate::papers::topic::model::{AttnKind, EmbedKind, ValueKind};
 use crate::run::metrics::series;
 use crate::run::summary::Summary;

@@ -6,7 +6,9 @@
 //! `reproduce`, `encode`) for it unchanged. Errors become one line on stderr and an exit
 //! code here, and only here (`anyhow` at the edge; typed errors below).
 
-use crate::commands::{self, cluster, slurm, sweep};
+mod handlers;
+
+use crate::commands::{self, slurm, sweep};
 use crate::experiment::Registry;
 use crate::train::INTERRUPTED;
 use anyhow::{bail, Context, Result};
@@ -247,17 +249,17 @@ where
 /// One command, each in its own function below.
 fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32> {
     match cmd {
-        Cmd::List => list(reg),
+        Cmd::List => handlers::list(reg),
         Cmd::Run {
             source,
             set,
             seed,
             out,
             data,
-        } => run_source(reg, &source, set, seed, out, data, command, quiet),
+        } => handlers::run_source(reg, &source, set, seed, out, data, command, quiet),
         Cmd::Resume { run } => {
             let summary = commands::resume(reg, &run, quiet)?;
-            print_verdicts(&summary);
+            handlers::print_verdicts(&summary);
             println!("report: {}", run.join("report.html").display());
             Ok(0)
         }
@@ -266,14 +268,14 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             step,
             ablate,
             patch,
-        } => intervene(reg, &run, step, ablate, patch),
+        } => handlers::intervene(reg, &run, step, ablate, patch),
         Cmd::Encode {
             model,
             text,
             hook,
             out,
             html,
-        } => encode(commands::encode::Request {
+        } => handlers::encode(commands::encode::Request {
             model,
             texts: text,
             hooks: hook,
@@ -312,12 +314,14 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
                 .unwrap_or(source.clone());
             let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(stem));
             if sl.slurm {
-                return submit_sweep(reg, &spec, &out, sl, replace);
+                return handlers::submit_sweep(reg, &spec, &out, sl, replace);
             }
-            run_sweep(reg, &spec, &out, jobs, command, replace)
+            handlers::run_sweep(reg, &spec, &out, jobs, command, replace)
         }
-        Cmd::SweepShard { sweep, shard, jobs } => sweep_shard(reg, &sweep, &shard, jobs, command),
-        Cmd::SweepMerge { sweep } => sweep_merge(&sweep),
+        Cmd::SweepShard { sweep, shard, jobs } => {
+            handlers::sweep_shard(reg, &sweep, &shard, jobs, command)
+        }
+        Cmd::SweepMerge { sweep } => handlers::sweep_merge(&sweep),
         Cmd::SweepStatus { sweep } => {
             print!("{}", slurm::status_report(&sweep)?);
             Ok(0)
@@ -343,271 +347,7 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             Ok(0)
         }
         Cmd::Reproduce { papers, check, out } => {
-            reproduce(reg, &papers, check, &out, command, quiet)
+            handlers::reproduce(reg, &papers, check, &out, command, quiet)
         }
-    }
-}
-
-/// `mechlab list`.
-fn list(reg: &Registry) -> Result<i32> {
-    let rows = commands::list(reg);
-    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-    for (name, exp, desc) in rows {
-        println!("{name:w$}  [{exp}]  {desc}");
-    }
-    Ok(0)
-}
-
-/// `mechlab run`: `--data PATH` becomes the paper's data key.
-#[allow(clippy::too_many_arguments)]
-fn run_source(
-    reg: &Registry,
-    source: &str,
-    mut set: Vec<String>,
-    seed: Option<u64>,
-    out: Option<PathBuf>,
-    data: Option<PathBuf>,
-    command: &str,
-    quiet: bool,
-) -> Result<i32> {
-    let mut resolved = commands::resolve(reg, source, &set, seed)?;
-    if let Some(d) = data {
-        let Some(key) = resolved.experiment.data_key() else {
-            bail!(
-                "--data: the {} experiment reads no data files",
-                resolved.experiment.name()
-            );
-        };
-        set.push(format!(
-            "{key}={}",
-            toml::Value::String(d.display().to_string())
-        ));
-        resolved = commands::resolve(reg, source, &set, seed)?;
-    }
-    let seed = resolved.prepared.seed();
-    let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
-    let summary = commands::run(reg, &resolved, &dir, command, quiet)?;
-    print_verdicts(&summary);
-    println!("report: {}", dir.join("report.html").display());
-    Ok(0)
-}
-
-/// `mechlab intervene`: one line per effect.
-fn intervene(
-    reg: &Registry,
-    run: &std::path::Path,
-    step: Option<u64>,
-    ablate: Vec<String>,
-    patch: bool,
-) -> Result<i32> {
-    let req = crate::analysis::Request {
-        step,
-        ablate,
-        patch,
-    };
-    let out = commands::intervene::run(reg, run, &req)?;
-    for e in out["effects"].as_array().into_iter().flatten() {
-        let num = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "{}: {} clean {:.4}, intervention {:.4}, control {:.4}",
-            e["id"].as_str().unwrap_or(""),
-            e["metric"].as_str().unwrap_or(""),
-            num("clean"),
-            num("intervened"),
-            num("control")
-        );
-    }
-    println!("interventions: {}", run.join("intervene.json").display());
-    println!("report: {}", run.join("report.html").display());
-    Ok(0)
-}
-
-/// `mechlab encode`: the pieces of each text and the shape of each activation.
-fn encode(req: commands::encode::Request) -> Result<i32> {
-    let enc = commands::encode::run(&req)?;
-    for (b, pieces) in enc.pieces.iter().enumerate() {
-        println!("text {b} ({} pieces): {}", pieces.len(), pieces.join(" "));
-    }
-    for (name, t) in &enc.cache {
-        println!("{name} {:?}", t.shape);
-    }
-    for f in req.out.iter().chain(&req.html) {
-        println!("wrote {}", f.display());
-    }
-    Ok(0)
-}
-
-/// `mechlab sweep` on this machine, `jobs` runs at a time (default: one per core).
-fn run_sweep(
-    reg: &Registry,
-    spec: &sweep::SweepSpec,
-    out: &std::path::Path,
-    jobs: Option<usize>,
-    command: &str,
-    replace: bool,
-) -> Result<i32> {
-    let jobs = jobs.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
-    let rows = sweep::sweep_with_progress(reg, spec, out, jobs, command, None, replace)?;
-    let failed = rows.iter().filter(|r| r.status != "ok").count();
-    println!(
-        "{} runs ({failed} failed): {}",
-        rows.len(),
-        out.join("summary.csv").display()
-    );
-    Ok(if failed > 0 { 1 } else { 0 })
-}
-
-/// `mechlab sweep-shard`: one array task's share of a planned sweep.
-fn sweep_shard(
-    reg: &Registry,
-    sweep: &std::path::Path,
-    shard: &str,
-    jobs: usize,
-    command: &str,
-) -> Result<i32> {
-    let shard = sweep::parse_shard(shard)?;
-    let rows = cluster::run_shard(reg, sweep, shard, jobs, command)?;
-    let failed = rows.iter().filter(|r| r.status != "ok").count();
-    println!(
-        "shard {}/{}: {} runs ({failed} failed)",
-        shard.0,
-        shard.1,
-        rows.len()
-    );
-    Ok(if failed > 0 { 1 } else { 0 })
-}
-
-/// `mechlab sweep-merge`: the shards' rows, and what failed or never ran.
-fn sweep_merge(sweep: &std::path::Path) -> Result<i32> {
-    let report = cluster::merge_sweep(sweep)?;
-    let counts = sweep::RunCounts::of(&report.rows);
-    println!(
-        "{} of {} runs ok, {} failed, {} missing: {}",
-        counts.ok,
-        counts.planned,
-        counts.failed,
-        counts.missing,
-        sweep.join("summary.csv").display()
-    );
-    for p in &report.problems {
-        let log = p
-            .log
-            .as_deref()
-            .unwrap_or("no log (its task never started)");
-        println!("  {} (shard {}): {} — log: {log}", p.run, p.shard, p.status);
-    }
-    if !report.problems.is_empty() {
-        println!("rerun: see docs/cluster.md (failed.csv lists them)");
-        return Ok(1);
-    }
-    Ok(0)
-}
-
-/// `mechlab reproduce`: every verdict, known findings marked; `--check` exits 2
-/// when a claim fails that is not a known finding.
-fn reproduce(
-    reg: &Registry,
-    papers: &[String],
-    check: bool,
-    out: &std::path::Path,
-    command: &str,
-    quiet: bool,
-) -> Result<i32> {
-    let outcomes = commands::reproduce::reproduce(reg, papers, out, quiet, command)?;
-    let mut all_pass = true;
-    for o in &outcomes {
-        all_pass &= o.passed();
-        match &o.result {
-            Ok(s) => {
-                println!("== {} ({:.1} s)", o.name, o.seconds);
-                for v in o.verdicts() {
-                    let mark = match (v.pass, o.known(&v).is_some()) {
-                        (true, _) => "pass",
-                        (false, true) => "FAIL, known",
-                        (false, false) => "FAIL",
-                    };
-                    print_verdict(mark, &v);
-                }
-                print_measurements(s);
-            }
-            Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
-        }
-    }
-    println!("report: {}", out.join("report.html").display());
-    Ok(if check && !all_pass { 2 } else { 0 })
-}
-
-/// `mechlab sweep --slurm`: plan, write the scripts, submit (unless --dry-run).
-fn submit_sweep(
-    reg: &Registry,
-    spec: &sweep::SweepSpec,
-    out: &std::path::Path,
-    a: SlurmArgs,
-    replace: bool,
-) -> Result<i32> {
-    let opts = slurm::SlurmOptions {
-        partition: a.partition,
-        time: a.time,
-        cpus_per_task: a.cpus_per_task,
-        mem: a.mem,
-        array_parallelism: a.array_parallelism,
-        sbatch_args: a.sbatch_arg,
-    };
-    let binary = std::env::current_exe()
-        .and_then(|p| p.canonicalize())
-        .context("finding the mechlab binary for the sbatch script")?;
-    let writer = cluster::Writer {
-        binary: binary.display().to_string(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-    };
-    let l = slurm::launch(reg, spec, out, a.shards, &opts, writer, a.dry_run, replace)?;
-    println!(
-        "{} runs in {} array tasks: {}",
-        l.runs,
-        l.shards,
-        l.sweep.display()
-    );
-    println!("  {}", l.array_script.display());
-    println!("  {}", l.merge_script.display());
-    match l.jobs {
-        Some(j) => println!(
-            "submitted array job {} and merge job {} (afterany); follow with `mechlab sweep-status {}`",
-            j.array,
-            j.merge,
-            l.sweep.display()
-        ),
-        None => println!(
-            "dry run, nothing submitted; to submit: id=$(sbatch --parsable {}) && sbatch --dependency=afterany:$id {}",
-            l.array_script.display(),
-            l.merge_script.display()
-        ),
-    }
-    Ok(0)
-}
-
-fn print_verdicts(s: &crate::run::summary::Summary) {
-    for v in &s.verdicts {
-        print_verdict(if v.pass { "pass" } else { "FAIL" }, v);
-    }
-    print_measurements(s);
-}
-
-fn print_verdict(mark: &str, v: &mechlab_report::Verdict) {
-    println!(
-        "  [{mark}] {}: {} — predicted {} (source: {}), measured {}",
-        v.id, v.claim, v.prediction, v.source, v.measured
-    );
-}
-
-fn print_measurements(s: &crate::run::summary::Summary) {
-    for m in &s.measurements {
-        println!(
-            "  [measured] {}: {} = {} ({})",
-            m.id, m.quantity, m.value, m.note
-        );
     }
 }
