@@ -382,6 +382,7 @@ pub struct Launched {
 
 /// Plans the sweep into `out` (`replace`: over another sweep there), writes its
 /// scripts and, unless `dry_run`, submits them.
+#[allow(clippy::too_many_arguments)]
 pub fn launch(
     reg: &Registry,
     spec: &super::sweep::SweepSpec,

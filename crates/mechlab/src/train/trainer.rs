@@ -113,40 +113,124 @@ type PendingOptimizer<T> = (Option<usize>, u64, Vec<Vec<T>>, Vec<Vec<T>>);
 
 /// Trains `model` through the stages of `cfg`, resuming from the run's latest
 /// checkpoint when the run is being resumed.
+///
+/// Each state `s` is visited by [`Loop::at_state`] (probe, checkpoint, stop),
+/// then update `s + 1` is [`Loop::enter_stage`] (optimiser and freezes, when they
+/// change), [`Loop::update`] (forward, backward, checks, optimiser step) and
+/// [`Loop::log`].
 pub fn fit<T: Float, M: Trainable<T>>(
     model: &mut M,
     cfg: &TrainConfig,
     ctx: &mut RunCtx,
     probe: &mut Probe<'_, M>,
 ) -> Result<Fitted, TrainError> {
-    let stages = cfg.resolved_stages().map_err(TrainError::Config)?;
-    let ends: Vec<u64> = stages
-        .iter()
-        .scan(0u64, |acc, s| {
-            *acc += s.steps;
-            Some(*acc)
-        })
-        .collect();
-    let total = ends.last().copied().unwrap_or(0);
-    let hyper = Hyper::from_config(cfg);
-    let experiment = ctx.experiment().to_string();
-
-    // Per-group gradient-norm bookkeeping, built once.
-    let mut groups: Vec<String> = Vec::new();
-    model.visit(&mut |p| {
-        if !groups.iter().any(|g| g == p.group()) {
-            groups.push(p.group().to_string());
+    let mut lp = Loop::new(model, cfg, ctx)?;
+    // The metrics record's keys and buffer, built once (it borrows the keys).
+    let norm_keys: Vec<String> = lp.groups.iter().map(|g| format!("grad_norm.{g}")).collect();
+    let mut record: Vec<(&str, f64)> = Vec::with_capacity(norm_keys.len() + 3);
+    lp.resume(model, ctx)?;
+    lp.start_progress(ctx);
+    loop {
+        if lp.at_state(model, ctx, probe)? == Next::Stop {
+            break;
         }
-    });
-    let norm_keys: Vec<String> = groups.iter().map(|g| format!("grad_norm.{g}")).collect();
-    let mut norms = vec![0.0f64; groups.len()];
-    let mut record: Vec<(&str, f64)> = Vec::with_capacity(groups.len() + 3);
+        let si = lp.enter_stage(model, cfg)?;
+        let (loss, lr) = lp.update(model, cfg, ctx, si)?;
+        lp.log(cfg, ctx, si, (loss, lr), &norm_keys, &mut record)?;
+        lp.s += 1;
+        lp.bar.inc(1);
+        if let Some(p) = &ctx.progress {
+            p.set_done(lp.s);
+        }
+    }
+    lp.bar.finish_and_clear();
+    // What follows training in every paper: final probes, verdicts.
+    ctx.set_phase(Phase::Measuring);
+    Ok(Fitted {
+        steps: lp.s,
+        final_loss: lp.last_loss,
+    })
+}
 
-    let mut s = 0u64;
-    let mut pending: Option<PendingOptimizer<T>> = None;
-    let mut saved_at: Option<u64> = None;
-    let mut resumed_loss: Option<f64> = None;
-    if let Some(path) = ctx.resume_from().map(|p| p.to_path_buf()) {
+/// Whether the loop goes on to the next update.
+#[derive(PartialEq)]
+enum Next {
+    Update,
+    Stop,
+}
+
+/// The training loop's state between updates; every buffer a step uses is here,
+/// allocated once.
+struct Loop<T: Float> {
+    stages: Vec<Stage>,
+    /// Cumulative step at the end of each stage.
+    ends: Vec<u64>,
+    total: u64,
+    hyper: Hyper,
+    experiment: String,
+    /// Parameter groups in visit order and their gradient norms.
+    groups: Vec<String>,
+    norms: Vec<f64>,
+    /// The current state (updates done).
+    s: u64,
+    pending: Option<PendingOptimizer<T>>,
+    saved_at: Option<u64>,
+    last_loss: f64,
+    opt: Option<(usize, Optimizer<T>)>,
+    /// Groups frozen by a training-time intervention at the current update, and
+    /// the groups the update then trains (rebuilt only when either changes).
+    frozen: Vec<bool>,
+    active: Vec<String>,
+    none_active: bool,
+    bar: ProgressBar,
+}
+
+impl<T: Float> Loop<T> {
+    fn new<M: Trainable<T>>(
+        model: &M,
+        cfg: &TrainConfig,
+        ctx: &RunCtx,
+    ) -> Result<Self, TrainError> {
+        let stages = cfg.resolved_stages().map_err(TrainError::Config)?;
+        let ends: Vec<u64> = stages
+            .iter()
+            .scan(0u64, |acc, s| {
+                *acc += s.steps;
+                Some(*acc)
+            })
+            .collect();
+        let mut groups: Vec<String> = Vec::new();
+        model.visit(&mut |p| {
+            if !groups.iter().any(|g| g == p.group()) {
+                groups.push(p.group().to_string());
+            }
+        });
+        Ok(Loop {
+            total: ends.last().copied().unwrap_or(0),
+            stages,
+            ends,
+            hyper: Hyper::from_config(cfg),
+            experiment: ctx.experiment().to_string(),
+            norms: vec![0.0; groups.len()],
+            frozen: vec![false; groups.len()],
+            groups,
+            s: 0,
+            pending: None,
+            saved_at: None,
+            last_loss: f64::NAN,
+            opt: None,
+            active: Vec::new(),
+            none_active: false,
+            bar: ProgressBar::hidden(),
+        })
+    }
+
+    /// Parameters, model state and optimiser state of the checkpoint a resumed
+    /// run continues from.
+    fn resume<M: Trainable<T>>(&mut self, model: &mut M, ctx: &RunCtx) -> Result<(), TrainError> {
+        let Some(path) = ctx.resume_from().map(|p| p.to_path_buf()) else {
+            return Ok(());
+        };
         let ck = checkpoint::load::<T>(&path)?;
         ck.apply_params(model)?;
         model
@@ -156,147 +240,171 @@ pub fn fit<T: Float, M: Trainable<T>>(
                 reason,
             })?;
         let (m, v) = ck.optimizer_state(model);
-        pending = Some((ck.meta.stage, ck.meta.optimizer_updates, m, v));
-        s = ck.meta.step;
-        saved_at = Some(s);
-        resumed_loss = ck.meta.last_loss_bits.map(f64::from_bits);
+        self.pending = Some((ck.meta.stage, ck.meta.optimizer_updates, m, v));
+        self.s = ck.meta.step;
+        self.saved_at = Some(self.s);
+        if let Some(bits) = ck.meta.last_loss_bits {
+            self.last_loss = f64::from_bits(bits);
+        }
+        Ok(())
     }
 
-    let bar = if ctx.quiet() {
-        ProgressBar::hidden()
-    } else {
-        let b = ProgressBar::new(total);
-        b.set_style(
-            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({eta})")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        b.set_prefix(experiment.clone());
-        b
-    };
-    bar.set_position(s);
-    if let Some(p) = &ctx.progress {
-        // Position first: a watcher never sees the total with a resumed run at 0.
-        p.set_done(s);
-        p.set_total(total);
+    /// The terminal bar (hidden when quiet) and the embedder's progress.
+    fn start_progress(&mut self, ctx: &RunCtx) {
+        if !ctx.quiet() {
+            let b = ProgressBar::new(self.total);
+            b.set_style(
+                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({eta})")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            b.set_prefix(self.experiment.clone());
+            self.bar = b;
+        }
+        self.bar.set_position(self.s);
+        if let Some(p) = &ctx.progress {
+            // Position first: a watcher never sees the total with a resumed run at 0.
+            p.set_done(self.s);
+            p.set_total(self.total);
+        }
+        ctx.set_phase(Phase::Training);
     }
-    ctx.set_phase(Phase::Training);
 
-    let mut opt: Option<(usize, Optimizer<T>)> = None;
-    // Groups frozen by a training-time intervention at the current update, and the
-    // groups the update then trains (rebuilt only when either changes).
-    let mut frozen = vec![false; groups.len()];
-    let mut active: Vec<String> = Vec::new();
-    let mut none_active = false;
-    let mut last_loss = resumed_loss.unwrap_or(f64::NAN);
-    loop {
-        // --- state s: probes, checkpoints, stop requests ---
+    /// Writes the checkpoint of state `s`.
+    fn save<M: Trainable<T>>(&self, model: &M, ctx: &RunCtx) -> Result<PathBuf, CheckpointError> {
+        let path = ctx.checkpoint_dir().join(checkpoint::file_name(self.s));
+        let (stage, updates, state) = match &self.opt {
+            Some((si, o)) => {
+                let (t, m, v) = o.state();
+                (Some(*si), t, Some((m, v)))
+            }
+            None => (None, 0, None),
+        };
+        let meta = CheckpointMeta {
+            experiment: self.experiment.clone(),
+            dtype: T::DTYPE.to_string(),
+            step: self.s,
+            stage,
+            optimizer_updates: updates,
+            model_state: model.save_state(),
+            last_loss_bits: self.last_loss.is_finite().then(|| self.last_loss.to_bits()),
+        };
+        checkpoint::save(&path, model, state, &meta).map(|_| path)
+    }
+
+    /// State `s`: probes, checkpoints, the end, a stop request, Ctrl-C.
+    fn at_state<M: Trainable<T>>(
+        &mut self,
+        model: &mut M,
+        ctx: &mut RunCtx,
+        probe: &mut Probe<'_, M>,
+    ) -> Result<Next, TrainError> {
+        let (s, total) = (self.s, self.total);
         if ctx.run_config().probe_at(s, total) {
             probe(model, s, ctx)?;
         }
-        let save = |model: &M, opt: &Option<(usize, Optimizer<T>)>, ctx: &RunCtx| {
-            let path = ctx.checkpoint_dir().join(checkpoint::file_name(s));
-            let (stage, updates, state) = match opt {
-                Some((si, o)) => {
-                    let (t, m, v) = o.state();
-                    (Some(*si), t, Some((m, v)))
-                }
-                None => (None, 0, None),
-            };
-            let meta = CheckpointMeta {
-                experiment: experiment.clone(),
-                dtype: T::DTYPE.to_string(),
-                step: s,
-                stage,
-                optimizer_updates: updates,
-                model_state: model.save_state(),
-                last_loss_bits: last_loss.is_finite().then(|| last_loss.to_bits()),
-            };
-            checkpoint::save(&path, model, state, &meta).map(|_| path)
-        };
-        if saved_at != Some(s) && ctx.run_config().checkpoint_at(s, total) {
-            save(model, &opt, ctx)?;
-            saved_at = Some(s);
+        if self.saved_at != Some(s) && ctx.run_config().checkpoint_at(s, total) {
+            self.save(model, ctx)?;
+            self.saved_at = Some(s);
         }
         if s >= total {
-            break;
+            return Ok(Next::Stop);
         }
         if model.stop_requested() {
-            if ctx.run_config().checkpoints && saved_at != Some(s) {
-                save(model, &opt, ctx)?;
+            if ctx.run_config().checkpoints && self.saved_at != Some(s) {
+                self.save(model, ctx)?;
             }
-            break;
+            return Ok(Next::Stop);
         }
         if INTERRUPTED.load(Ordering::SeqCst) || ctx.stop_at == Some(s) {
-            let path = save(model, &opt, ctx)?;
-            bar.abandon();
+            let path = self.save(model, ctx)?;
+            self.bar.abandon();
             return Err(TrainError::Interrupted {
                 step: s,
                 checkpoint: path,
             });
         }
+        Ok(Next::Update)
+    }
 
-        // --- update s + 1 ---
-        let si = ends.iter().position(|&e| s < e).expect("s < total");
-        let stage: &Stage = &stages[si];
-        let opt_changed = opt.as_ref().map(|(i, _)| *i) != Some(si);
+    /// The stage update `s + 1` belongs to: a new optimiser when the stage
+    /// changes (restored from a resumed checkpoint of the same stage), and the
+    /// trained groups when a freeze or the stage changes. Returns the stage.
+    fn enter_stage<M: Trainable<T>>(
+        &mut self,
+        model: &mut M,
+        cfg: &TrainConfig,
+    ) -> Result<usize, TrainError> {
+        let s = self.s;
+        let si = self.ends.iter().position(|&e| s < e).expect("s < total");
+        let stage: &Stage = &self.stages[si];
+        let opt_changed = self.opt.as_ref().map(|(i, _)| *i) != Some(si);
         if opt_changed {
             tracing::info!(stage = %stage.name, step = s, optimizer = ?stage.optimizer, lr = stage.lr, "stage started");
-            let mut o = Optimizer::new(stage.optimizer, hyper, model)
+            let mut o = Optimizer::new(stage.optimizer, self.hyper, model)
                 .with_lr_scale(&cfg.lr_scale, model)
                 .and_then(|o| o.with_decay_on(&cfg.weight_decay_on, model))
                 .map_err(TrainError::Config)?;
-            if let Some((pst, t, m, v)) = pending.take() {
+            if let Some((pst, t, m, v)) = self.pending.take() {
                 if pst == Some(si) {
                     o.restore(t, m, v).map_err(TrainError::Config)?;
                 }
             }
-            opt = Some((si, o));
+            self.opt = Some((si, o));
         }
         let mut changed = false;
-        for (gi, g) in groups.iter().enumerate() {
+        for (gi, g) in self.groups.iter().enumerate() {
             let f = model.frozen(s, g);
-            changed |= f != frozen[gi];
-            frozen[gi] = f;
+            changed |= f != self.frozen[gi];
+            self.frozen[gi] = f;
         }
         if changed || opt_changed {
-            if frozen.iter().any(|&f| f) {
-                active = groups
+            if self.frozen.iter().any(|&f| f) {
+                self.active = self
+                    .groups
                     .iter()
-                    .zip(&frozen)
+                    .zip(&self.frozen)
                     .filter(|(g, &f)| !f && trains(&stage.groups, g))
                     .map(|(g, _)| g.clone())
                     .collect();
-                none_active = active.is_empty();
+                self.none_active = self.active.is_empty();
             } else {
-                active = stage.groups.clone();
-                none_active = false;
+                self.active = stage.groups.clone();
+                self.none_active = false;
             }
-            if none_active {
+            if self.none_active {
                 // Every group frozen: gradients are not needed, but "no group"
                 // would read as "every group" — tell the model the first group.
-                model.set_trainable(&groups[..1]);
+                model.set_trainable(&self.groups[..1]);
             } else {
-                model.set_trainable(&active);
+                model.set_trainable(&self.active);
             }
         }
-        let stage_start = if si == 0 { 0 } else { ends[si - 1] };
-        let stage_step = s - stage_start;
+        Ok(si)
+    }
 
+    /// Whether parameter group `group` is trained by this update.
+    fn trained(&self, group: &str) -> bool {
+        !self.none_active && trains(&self.active, group)
+    }
+
+    /// Update `s + 1` in stage `si`: loss and gradients, their check, the
+    /// optimiser step, the parameters' check. Returns the loss and learning rate.
+    fn update<M: Trainable<T>>(
+        &mut self,
+        model: &mut M,
+        cfg: &TrainConfig,
+        ctx: &RunCtx,
+        si: usize,
+    ) -> Result<(f64, f64), TrainError> {
+        let s = self.s;
         model.zero_grad();
         let loss = model.train_step(s).as_f64();
-        let bad_step = |group: &str, what: &'static str, value: f64, ck: Option<PathBuf>| {
-            TrainError::NonFinite {
-                step: s,
-                group: group.to_string(),
-                what,
-                value,
-                checkpoint: ck,
-            }
-        };
-        norms.iter_mut().for_each(|n| *n = 0.0);
+        self.norms.iter_mut().for_each(|n| *n = 0.0);
+        let (groups, norms) = (&self.groups, &mut self.norms);
+        let (active, none_active) = (&self.active, self.none_active);
         model.visit(&mut |p| {
-            if !none_active && trains(&active, p.group()) {
+            if !none_active && trains(active, p.group()) {
                 let gi = groups
                     .iter()
                     .position(|g| g == p.group())
@@ -304,74 +412,99 @@ pub fn fit<T: Float, M: Trainable<T>>(
                 norms[gi] += p.grad_norm_sq();
             }
         });
-        let bad_group = groups
+        let bad_group = self
+            .groups
             .iter()
-            .zip(&norms)
+            .zip(&self.norms)
             .find(|(_, n)| !n.is_finite())
             .map(|(g, n)| (g.clone(), *n));
         if !loss.is_finite() || bad_group.is_some() {
             // The parameters are still those of state s, which are finite: keep them.
-            let ck = if saved_at == Some(s) {
+            let ck = if self.saved_at == Some(s) {
                 Some(ctx.checkpoint_dir().join(checkpoint::file_name(s)))
             } else {
-                Some(save(model, &opt, ctx)?)
+                Some(self.save(model, ctx)?)
             };
-            bar.abandon();
+            self.bar.abandon();
             return Err(match bad_group {
-                Some((g, n)) => bad_step(&g, "the gradient norm", n, ck),
-                None => bad_step("(loss)", "the loss", loss, ck),
+                Some((g, n)) => non_finite(s, &g, "the gradient norm", n, ck),
+                None => non_finite(s, "(loss)", "the loss", loss, ck),
             });
         }
-        let lr = lr_at(cfg, stage.lr, stage_step, stage.steps);
-        let (_, o) = opt.as_mut().expect("optimizer set above");
-        if !none_active {
-            o.step(model, lr, &active);
+        let stage = &self.stages[si];
+        let stage_start = if si == 0 { 0 } else { self.ends[si - 1] };
+        let lr = lr_at(cfg, stage.lr, s - stage_start, stage.steps);
+        let (_, o) = self.opt.as_mut().expect("optimizer set by enter_stage");
+        if !self.none_active {
+            o.step(model, lr, &self.active);
         }
         let mut bad_param: Option<(String, f64)> = None;
         model.visit(&mut |p| {
-            if bad_param.is_none() && !none_active && trains(&active, p.group()) {
+            if bad_param.is_none() && self.trained(p.group()) {
                 if let Some(x) = p.value().iter().find(|x| !x.is_finite()) {
                     bad_param = Some((p.group().to_string(), x.as_f64()));
                 }
             }
         });
         if let Some((g, x)) = bad_param {
-            bar.abandon();
+            self.bar.abandon();
             // State s is gone (the update overwrote it): point at the last one saved.
-            let ck = saved_at.map(|st| ctx.checkpoint_dir().join(checkpoint::file_name(st)));
-            return Err(bad_step(&g, "a parameter", x, ck));
+            let ck = self
+                .saved_at
+                .map(|st| ctx.checkpoint_dir().join(checkpoint::file_name(st)));
+            return Err(non_finite(s, &g, "a parameter", x, ck));
         }
-
-        last_loss = loss;
-        if cfg.log_every > 0 && s.is_multiple_of(cfg.log_every) {
-            record.clear();
-            record.push(("loss", loss));
-            record.push(("lr", lr));
-            record.push(("stage", si as f64));
-            for (k, n) in norm_keys.iter().zip(&norms) {
-                if !none_active && trains(&active, &k["grad_norm.".len()..]) {
-                    record.push((k.as_str(), n.sqrt()));
-                }
-            }
-            ctx.metrics()
-                .log("train", s, &record)
-                .map_err(|e| RunError::Io {
-                    path: "metrics.jsonl".into(),
-                    source: e,
-                })?;
-            bar.set_message(format!("loss {loss:.4}"));
-        }
-        s += 1;
-        bar.inc(1);
-        if let Some(p) = &ctx.progress {
-            p.set_done(s);
-        }
+        self.last_loss = loss;
+        Ok((loss, lr))
     }
-    bar.finish_and_clear();
-    // What follows training in every paper: final probes, verdicts.
-    ctx.set_phase(Phase::Measuring);
-    Ok(Fitted {
-        steps: s,
-        final_loss: last_loss,
-    })
+
+    /// The `train` metrics record of update `s + 1` (every `log_every` steps),
+    /// written through `record` (`grad_norm.<group>` keys in `norm_keys`).
+    fn log<'k>(
+        &self,
+        cfg: &TrainConfig,
+        ctx: &mut RunCtx,
+        si: usize,
+        (loss, lr): (f64, f64),
+        norm_keys: &'k [String],
+        record: &mut Vec<(&'k str, f64)>,
+    ) -> Result<(), TrainError> {
+        let s = self.s;
+        if cfg.log_every == 0 || !s.is_multiple_of(cfg.log_every) {
+            return Ok(());
+        }
+        record.clear();
+        record.push(("loss", loss));
+        record.push(("lr", lr));
+        record.push(("stage", si as f64));
+        for (k, n) in norm_keys.iter().zip(&self.norms) {
+            if self.trained(&k["grad_norm.".len()..]) {
+                record.push((k.as_str(), n.sqrt()));
+            }
+        }
+        ctx.metrics()
+            .log("train", s, record)
+            .map_err(|e| RunError::Io {
+                path: "metrics.jsonl".into(),
+                source: e,
+            })?;
+        self.bar.set_message(format!("loss {loss:.4}"));
+        Ok(())
+    }
+}
+
+fn non_finite(
+    step: u64,
+    group: &str,
+    what: &'static str,
+    value: f64,
+    checkpoint: Option<PathBuf>,
+) -> TrainError {
+    TrainError::NonFinite {
+        step,
+        group: group.to_string(),
+        what,
+        value,
+        checkpoint,
+    }
 }

@@ -201,9 +201,36 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// `x W` for head `hd`'s `[S, S]` block of `m` (`[H, S, S]`).
+fn proj(out: &mut [f64], xi: &[f64], m: &[f64], hd: usize) {
+    let s = out.len();
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = (0..s).map(|a| xi[a] * m[(hd * s + a) * s + j]).sum();
+    }
+}
+
+/// Row `i` of sequence `b` of a `[batch, pos, s]` tensor.
+fn row(t: &Tensor, b: usize, i: usize) -> &[f64] {
+    let (np, s) = (t.shape[1], t.shape[2]);
+    &t.data[(b * np + i) * s..(b * np + i + 1) * s]
+}
+
+const POS1: Axes = Axes {
+    head: None,
+    pos: Some(1),
+};
+const HEAD_POS: Axes = Axes {
+    head: Some(2),
+    pos: Some(1),
+};
+const PATTERN_AXES: Axes = Axes {
+    head: Some(1),
+    pos: Some(2),
+};
+
 /// The analysis forward: builds every activation, visiting each at its point.
 fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookError> {
-    let (s, h, l, nb) = (v.s, v.h, batch.seq_len, batch.batch);
+    let (s, l, nb) = (v.s, batch.seq_len, batch.batch);
     if l == 0 || batch.tokens.len() != nb * l {
         return Err(HookError::Input(format!(
             "tokens: {} ids for batch {nb} × seq_len {l} (need seq_len ≥ 1)",
@@ -215,46 +242,60 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
             "tokens: id {t} is not below d_vocab = {s}"
         )));
     }
-    let np = l + 1;
-    let pos1 = Axes {
-        head: None,
-        pos: Some(1),
-    };
-    let head_pos = Axes {
-        head: Some(2),
-        pos: Some(1),
-    };
-    let pattern_axes = Axes {
-        head: Some(1),
-        pos: Some(2),
-    };
-    // --- embedding ---
-    let mut x = Tensor::zeros(vec![nb, np, s]);
+    // --- embedding: one-hot tokens [batch, L+1, S] (the last row, the query, is empty) ---
+    let mut x = Tensor::zeros(vec![nb, l + 1, s]);
     for b in 0..nb {
         for (i, &t) in batch.seq(b).iter().enumerate() {
-            x.data[(b * np + i) * s + t as usize] = 1.0;
+            x.data[(b * (l + 1) + i) * s + t as usize] = 1.0;
         }
     }
-    site.visit("hook_embed", &mut x, pos1)?;
-    let xrow = |b: usize, i: usize| &x.data[(b * np + i) * s..(b * np + i + 1) * s];
-    // --- layer-1 pattern ---
+    site.visit("hook_embed", &mut x, POS1)?;
+    let mut pat = layer1_pattern(v, &x);
+    site.visit("blocks.0.attn.hook_pattern", &mut pat, PATTERN_AXES)?;
+    let mut z = head_outputs(v, &x, &pat);
+    site.visit("blocks.0.attn.hook_z", &mut z, HEAD_POS)?;
+    let mut feat = features(v, &z);
+    site.visit(v.feature_name(), &mut feat, HEAD_POS)?;
+    let mut kern = kernel(v, &x, &feat);
+    site.visit("blocks.1.ffn.hook_kernel", &mut kern, POS1)?;
+    let mut sc = scores(v, &kern);
+    site.visit("blocks.1.attn.hook_attn_scores", &mut sc, PATTERN_AXES)?;
+    let mut p2 = sc.clone();
+    for row in p2.data.chunks_mut(l) {
+        let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        row.iter_mut().for_each(|e| *e = (*e - mx).exp());
+        let sum: f64 = row.iter().sum();
+        row.iter_mut().for_each(|e| *e /= sum);
+    }
+    site.visit("blocks.1.attn.hook_pattern", &mut p2, PATTERN_AXES)?;
+    // --- prediction: ŷ = Σ_l softmax(s)_l x_l ---
+    let mut y = Tensor::zeros(vec![nb, s]);
+    for b in 0..nb {
+        for t in 0..l {
+            let p = p2.data[b * l + t];
+            for (e, xt) in y.data[b * s..(b + 1) * s].iter_mut().zip(row(&x, b, t)) {
+                *e += p * xt;
+            }
+        }
+    }
+    Ok(y)
+}
+
+/// Layer-1 pattern `[batch, head, pos, pos]`: head `hd` at position `i` attends
+/// to itself (full model) and to the keys `i − r`, `r = hd+1 ..= hd+H`.
+fn layer1_pattern(v: &View, x: &Tensor) -> Tensor {
+    let (s, h, nb, np) = (v.s, v.h, x.shape[0], x.shape[1]);
     let mut pat = Tensor::zeros(vec![nb, h, np, np]);
     let (mut keys, mut logits) = (Vec::with_capacity(h + 1), Vec::with_capacity(h + 1));
     let (mut q, mut k) = (vec![0.0; s], vec![0.0; s]);
-    // x W for one head's [S, S] matrix
-    let proj = |out: &mut [f64], xi: &[f64], m: &[f64], hd: usize| {
-        for (j, o) in out.iter_mut().enumerate() {
-            *o = (0..s).map(|a| xi[a] * m[(hd * s + a) * s + j]).sum();
-        }
-    };
     for b in 0..nb {
         for hd in 0..h {
             for i in 0..np {
                 keys.clear();
                 logits.clear();
                 if let Some(f) = &v.full {
-                    proj(&mut q, xrow(b, i), &f.wq, hd);
-                    proj(&mut k, xrow(b, i), &f.wk, hd);
+                    proj(&mut q, row(x, b, i), &f.wq, hd);
+                    proj(&mut k, row(x, b, i), &f.wk, hd);
                     keys.push(i);
                     logits.push(dot(&q, &k) + SELF_LOGIT);
                 }
@@ -265,7 +306,7 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
                     }
                     let mut lg = v.w[(hd + j) * h + hd];
                     if let Some(f) = &v.full {
-                        proj(&mut k, xrow(b, i - r), &f.wk, hd);
+                        proj(&mut k, row(x, b, i - r), &f.wk, hd);
                         lg += dot(&q, &k);
                     }
                     keys.push(i - r);
@@ -277,26 +318,31 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
                     *lg = (*lg - mx).exp();
                     sum += *lg;
                 }
-                let row = &mut pat.data[((b * h + hd) * np + i) * np..][..np];
+                let out = &mut pat.data[((b * h + hd) * np + i) * np..][..np];
                 for (&kk, &e) in keys.iter().zip(&logits) {
-                    row[kk] = e / sum;
+                    out[kk] = e / sum;
                 }
             }
         }
     }
-    site.visit("blocks.0.attn.hook_pattern", &mut pat, pattern_axes)?;
-    // --- head outputs: z = Σ_j A(i,j) x_j (· W_OV), self first, then nearest keys ---
+    pat
+}
+
+/// Head outputs `z = Σ_j A(i,j) x_j (· W_OV)` `[batch, pos, head, S]`, summed
+/// self first, then nearest keys (the model's order).
+fn head_outputs(v: &View, x: &Tensor, pat: &Tensor) -> Tensor {
+    let (s, h, nb, np) = (v.s, v.h, x.shape[0], x.shape[1]);
     let mut z = Tensor::zeros(vec![nb, np, h, s]);
     let mut o = vec![0.0; s];
     for b in 0..nb {
         for i in 0..np {
             for hd in 0..h {
-                let row = &pat.data[((b * h + hd) * np + i) * np..][..np];
+                let a = &pat.data[((b * h + hd) * np + i) * np..][..np];
                 o.iter_mut().for_each(|e| *e = 0.0);
                 let order = std::iter::once(i).chain((0..i).rev()).chain(i + 1..np);
                 for j in order {
-                    for (e, xj) in o.iter_mut().zip(xrow(b, j)) {
-                        *e += row[j] * xj;
+                    for (e, xj) in o.iter_mut().zip(row(x, b, j)) {
+                        *e += a[j] * xj;
                     }
                 }
                 let out = &mut z.data[((b * np + i) * h + hd) * s..][..s];
@@ -307,8 +353,13 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
             }
         }
     }
-    site.visit("blocks.0.attn.hook_z", &mut z, head_pos)?;
-    // --- the feature layer 2 reads: unit norm (simplified) or LayerNorm (full) ---
+    z
+}
+
+/// The feature layer 2 reads: unit norm (simplified) or LayerNorm (full), with
+/// training-time ablated heads zeroed.
+fn features(v: &View, z: &Tensor) -> Tensor {
+    let (s, h) = (v.s, v.h);
     let mut feat = z.clone();
     for row in feat.data.chunks_mut(s) {
         match &v.full {
@@ -333,15 +384,21 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
             }
         }
     }
-    site.visit(v.feature_name(), &mut feat, head_pos)?;
-    // --- layer-2 kernel between the query (position L) and each key ---
+    feat
+}
+
+/// Layer-2 kernel `[batch, key_pos, subset]` between the query (position L) and
+/// each key: `K_δ(l) = Π_{c∈δ} ReLU⟨z_L^c, z_l^c⟩`.
+fn kernel(v: &View, x: &Tensor, feat: &Tensor) -> Tensor {
+    let (s, h, nb, np) = (v.s, v.h, x.shape[0], x.shape[1]);
+    let l = np - 1;
     let ns = v.subsets.len();
     let mut kern = Tensor::zeros(vec![nb, l, ns]);
     let mut ip = vec![0.0; h + 1];
     for b in 0..nb {
         let fq = |c: usize| &feat.data[((b * np + l) * h + c) * s..][..s];
         for t in 0..l {
-            ip[0] = dot(xrow(b, l), xrow(b, t)).max(0.0);
+            ip[0] = dot(row(x, b, l), row(x, b, t)).max(0.0);
             for c in 0..h {
                 ip[c + 1] = dot(fq(c), &feat.data[((b * np + t) * h + c) * s..][..s]).max(0.0);
             }
@@ -352,8 +409,12 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
             }
         }
     }
-    site.visit("blocks.1.ffn.hook_kernel", &mut kern, pos1)?;
-    // --- layer-2 scores, pattern and prediction ---
+    kern
+}
+
+/// Layer-2 scores `[batch, 1, 1, L]`: `s_l = a Σ_δ c_δ² K_δ(l) / Σ_{δ_0=0} c_δ²`.
+fn scores(v: &View, kern: &Tensor) -> Tensor {
+    let (nb, l, ns) = (kern.shape[0], kern.shape[1], kern.shape[2]);
     let zc: f64 = v
         .subsets
         .iter()
@@ -369,25 +430,7 @@ fn forward(v: &View, batch: &Batch, site: &mut Site<'_>) -> Result<Tensor, HookE
             sc.data[b * l + t] = az * k.iter().zip(&v.c).map(|(kd, c)| c * c * kd).sum::<f64>();
         }
     }
-    site.visit("blocks.1.attn.hook_attn_scores", &mut sc, pattern_axes)?;
-    let mut p2 = sc.clone();
-    for row in p2.data.chunks_mut(l) {
-        let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        row.iter_mut().for_each(|e| *e = (*e - mx).exp());
-        let sum: f64 = row.iter().sum();
-        row.iter_mut().for_each(|e| *e /= sum);
-    }
-    site.visit("blocks.1.attn.hook_pattern", &mut p2, pattern_axes)?;
-    let mut y = Tensor::zeros(vec![nb, s]);
-    for b in 0..nb {
-        for t in 0..l {
-            let p = p2.data[b * l + t];
-            for (e, xt) in y.data[b * s..(b + 1) * s].iter_mut().zip(xrow(b, t)) {
-                *e += p * xt;
-            }
-        }
-    }
-    Ok(y)
+    sc
 }
 
 impl<T: Float> HookedModel for Simplified<T> {

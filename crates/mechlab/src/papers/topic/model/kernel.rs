@@ -107,7 +107,8 @@ pub(super) fn add_rows<T: Float>(dst: &mut [T], src: &[T], rows: &[usize], d: us
 }
 
 /// One document: forward, loss (already divided by the batch's label count) and,
-/// when `backward`, gradients into `w.grads`.
+/// when `backward`, gradients into `w.grads`. The stages below run in this order;
+/// each reads the buffers of `w` the one before it wrote.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn doc_step<T: Float>(
     p: &[Param<T>],
@@ -120,7 +121,7 @@ pub(super) fn doc_step<T: Float>(
     inv_n: T,
     backward: bool,
 ) -> f64 {
-    let (l, d, v) = (ids.len(), plan.d, plan.v);
+    let (l, d) = (ids.len(), plan.d);
     w.qpos.clear();
     w.qpos.extend((0..l).filter(|&j| labels[j] != NO_LABEL));
     let s = w.qpos.len();
@@ -138,7 +139,32 @@ pub(super) fn doc_step<T: Float>(
     let rows = if plan.shared { 1 } else { s };
     // --- attention: hook_z = a [rows, d] ---
     attend(p, plan, w, ids, hidden, inv_vis);
-    // --- residual, norm ---
+    residual_norm(p, plan, w, ids, rows);
+    decode(p, plan, w, rows);
+    let loss = loss_and_grad(plan, w, labels, inv_n, rows);
+    if !backward {
+        return loss;
+    }
+    decode_back(p, plan, w, rows);
+    norm_back(p, plan, w, l, rows);
+    // --- attention backward: d_resid is d(hook_z); adds into d_h0 and the grads ---
+    attend_back(p, plan, w, ids, hidden, inv_vis);
+    // --- embedding: dh0 summed per token id (backward through it once per step) ---
+    if plan.need_dh0 {
+        for (j, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            w.d_table[id * d..(id + 1) * d]
+                .iter_mut()
+                .zip(&w.d_h0[j * d..(j + 1) * d])
+                .for_each(|(a, b)| *a += *b);
+        }
+    }
+    loss
+}
+
+/// `resid = hook_z (+ the query's embedding)`, then `y = LN(resid)` or `resid`.
+fn residual_norm<T: Float>(p: &[Param<T>], plan: &Plan, w: &mut Work<T>, ids: &[u32], rows: usize) {
+    let d = plan.d;
     w.resid[..rows * d].copy_from_slice(&w.hook_z[..rows * d]);
     if plan.residual {
         for (r, &j) in w.qpos.iter().enumerate() {
@@ -167,7 +193,11 @@ pub(super) fn doc_step<T: Float>(
     } else {
         w.y[..rows * d].copy_from_slice(&w.resid[..rows * d]);
     }
-    // --- decoder ---
+}
+
+/// Logits `[rows, v]` from `y`: identity, tied (`y W_Eᵀ`) or trained (`y W_U + b_U`).
+fn decode<T: Float>(p: &[Param<T>], plan: &Plan, w: &mut Work<T>, rows: usize) {
+    let (d, v) = (plan.d, plan.v);
     match plan.decoder {
         DecoderKind::Identity => w.logits[..rows * v].copy_from_slice(&w.y[..rows * d]),
         DecoderKind::Tied => matmul(
@@ -201,7 +231,18 @@ pub(super) fn doc_step<T: Float>(
             }
         }
     }
-    // --- loss ---
+}
+
+/// The loss of the labelled positions and its gradient `d_logits` (cross-entropy
+/// formed without cancellation at the top logit, or MSE against one-hot labels).
+fn loss_and_grad<T: Float>(
+    plan: &Plan,
+    w: &mut Work<T>,
+    labels: &[u32],
+    inv_n: T,
+    rows: usize,
+) -> f64 {
+    let (v, s) = (plan.v, w.qpos.len());
     let mut loss = 0.0;
     w.d_logits[..rows * v]
         .iter_mut()
@@ -266,9 +307,12 @@ pub(super) fn doc_step<T: Float>(
             }
         }
     }
-    if !backward {
-        return loss;
-    }
+    loss
+}
+
+/// `d_y` from `d_logits`, and the decoder's gradients.
+fn decode_back<T: Float>(p: &[Param<T>], plan: &Plan, w: &mut Work<T>, rows: usize) {
+    let (d, v) = (plan.d, plan.v);
     let g = &mut w.grads;
     // --- decoder backward: d_y [rows, d] ---
     match plan.decoder {
@@ -330,6 +374,13 @@ pub(super) fn doc_step<T: Float>(
             }
         }
     }
+}
+
+/// `d_resid` through the layer norm (and its gradients), and the residual's
+/// share of `d_h0`.
+fn norm_back<T: Float>(p: &[Param<T>], plan: &Plan, w: &mut Work<T>, l: usize, rows: usize) {
+    let d = plan.d;
+    let g = &mut w.grads;
     if plan.layer_norm {
         let (gw, gb) = g.split_at_mut(LN_B);
         w.d_resid[..rows * d]
@@ -356,19 +407,6 @@ pub(super) fn doc_step<T: Float>(
             add_rows(&mut w.d_h0, &w.d_resid, &w.qpos, d);
         }
     }
-    // --- attention backward: d_resid is d(hook_z); adds into d_h0 and the grads ---
-    attend_back(p, plan, w, ids, hidden, inv_vis);
-    // --- embedding: dh0 summed per token id (backward through it once per step) ---
-    if plan.need_dh0 {
-        for (j, &id) in ids.iter().enumerate() {
-            let id = id as usize;
-            w.d_table[id * d..(id + 1) * d]
-                .iter_mut()
-                .zip(&w.d_h0[j * d..(j + 1) * d])
-                .for_each(|(a, b)| *a += *b);
-        }
-    }
-    loss
 }
 
 /// The index of the largest entry (the first if tied).
