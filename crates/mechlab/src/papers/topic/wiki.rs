@@ -207,9 +207,9 @@ fn wiki_topics(
 
 pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary, ExperimentError> {
     let seed = cfg.seed;
-    let d = wiki_data(cfg, seed)?;
+    let mut d = wiki_data(cfg, seed)?;
     let t = wiki_topics(cfg, seed, &d, ctx)?;
-    let (run, fitted, pl, pg) = train::<T>(cfg, seed, &d, &t, ctx)?;
+    let (run, fitted, pl, pg) = train::<T>(cfg, seed, &mut d, &t, ctx)?;
     let s = summary(cfg, seed, &d, &t, &run, fitted.steps, &pl, &pg);
     figures(ctx)?;
     let (w, v, articles, path) = (&cfg.wiki, d.corpus.vocab.len(), d.articles, &d.path);
@@ -230,16 +230,18 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
 }
 
 /// The MLM, trained with the LDA- and gold-topic probes, at its best checkpoint,
-/// and the final probes.
+/// and the final probes. The training set moves into the run (`d.train` is
+/// left empty: nothing after training reads it).
 fn train<T: Float>(
     cfg: &TopicConfig,
     seed: u64,
-    d: &WikiData,
+    d: &mut WikiData,
     t: &WikiTopics,
     ctx: &mut RunCtx,
 ) -> Result<(TopicRun<T>, crate::train::Fitted, Probes, Probes), ExperimentError> {
     let w = &cfg.wiki;
-    let (corpus, train, dev) = (&d.corpus, d.train.clone(), &d.dev);
+    let train = std::mem::take(&mut d.train);
+    let (corpus, dev) = (&d.corpus, &d.dev);
     let v = corpus.vocab.len();
     let (lda_topics, gold_topics) = (&t.lda_topics, &t.gold_topics);
     let (lda_control, gold_control) = (&t.lda_control, &t.gold_control);
