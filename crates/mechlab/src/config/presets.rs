@@ -3,8 +3,8 @@
 //! Each lives in `crates/mechlab/presets/<name>.toml`, names its `experiment`, and
 //! carries a one-line `description`. A paper lists its own presets
 //! ([`crate::experiment::Paper::presets`], built with [`crate::preset!`]); the
-//! registry gathers them ([`crate::experiment::all_presets`],
-//! [`crate::experiment::find_preset`]); this module knows no registry.
+//! registry gathers them ([`crate::experiment::Registry::presets`],
+//! [`crate::experiment::Registry::find_preset`]); this module knows no registry.
 
 /// An embedded preset.
 #[derive(Clone, Copy, Debug)]
