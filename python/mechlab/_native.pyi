@@ -22,6 +22,7 @@ __all__ = [
     "reproduce",
     "Model",
     "load_model",
+    "intervene",
     "Tokenizer",
     "load_pretrained",
 ]
@@ -84,6 +85,9 @@ class Model:
     ) -> np.ndarray: ...
 
 def load_model(dir: _PathLike, step: Optional[int] = None) -> Model: ...
+def intervene(
+    dir: _PathLike, step: Optional[int] = None, ablate: Optional[List[str]] = None, patch: bool = False
+) -> str: ...
 
 @final
 class Tokenizer:

@@ -6,7 +6,7 @@ import itertools
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union, cast
 
 import numpy as np
 
@@ -103,6 +103,20 @@ class Run:
         from ._model import Model
 
         return Model(_native.load_model(self.dir, step), self.dir)
+
+    def intervene(
+        self,
+        step: Optional[int] = None,
+        ablate: Optional[List[str]] = None,
+        patch: bool = False,
+    ) -> Dict[str, Any]:
+        """The paper's causal questions on this run, as ``mechlab intervene``
+        answers them: ``effects`` (each a metric ``clean``, ``intervened`` and
+        ``control``), then the paper's own tables. Also writes
+        ``intervene.json``, its figures and the report's "Interventions" section.
+        ``ablate`` (zero, mean, resample) and ``patch`` are induction's; another
+        paper refuses them with a ``ConfigError`` naming what it runs."""
+        return cast(Dict[str, Any], json.loads(_native.intervene(self.dir, step, ablate, patch)))
 
 
 class Sweep:

@@ -10,6 +10,7 @@
 
 use crate::errors::{self, Kind};
 use crate::files::run_folder;
+use mechlab::analysis::{InterveneError, Request};
 use mechlab::inspect::LoadError;
 use mechlab::pretrained::PretrainedError;
 use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
@@ -195,6 +196,38 @@ impl Model {
         });
         to_numpy(py, res.map_err(|e| hook_err(py, &e))?, self.f32)
     }
+}
+
+/// Runs the paper's interventions on run `dir`, as `mechlab intervene` does:
+/// writes `intervene.json`, its figures and the report's "Interventions"
+/// section, and returns the JSON written (effects first, then the paper's tables).
+#[pyfunction]
+#[pyo3(signature = (dir, step=None, ablate=None, patch=false))]
+pub fn intervene(
+    py: Python<'_>,
+    dir: PathBuf,
+    step: Option<u64>,
+    ablate: Option<Vec<String>>,
+    patch: bool,
+) -> PyResult<String> {
+    let dir = run_folder(py, &dir)?;
+    let req = Request {
+        step,
+        ablate: ablate.unwrap_or_default(),
+        patch,
+    };
+    let out =
+        py.detach(|| mechlab::commands::intervene::run(&crate::values::registry(), &dir, &req));
+    out.map(|v| v.to_string()).map_err(|e| match &e {
+        InterveneError::Config(c) => errors::config(py, c),
+        // A flag the paper's suite does not take, a request it cannot serve.
+        InterveneError::Invalid(_) => errors::raise(py, Kind::Config, e.to_string()),
+        InterveneError::Hook(_) => errors::raise(py, Kind::Hook, e.to_string()),
+        InterveneError::Load(LoadError::Checkpoint(_) | LoadError::NoStep { .. }) => {
+            errors::raise(py, Kind::Checkpoint, e.to_string())
+        }
+        _ => errors::raise(py, Kind::Mechlab, e.to_string()),
+    })
 }
 
 /// Loads the model of run `dir` at checkpoint `step` (the latest when `None`);

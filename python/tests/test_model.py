@@ -126,3 +126,17 @@ def test_a_run_inspect_cannot_rebuild_is_not_a_checkpoint_error(tmp_path):
     with pytest.raises(mechlab.MechlabError, match="f64x2") as e:
         r.model()
     assert not isinstance(e.value, mechlab.CheckpointError)
+
+
+def test_intervene_answers_the_papers_causal_question_with_its_control(tmp_path):
+    r = mechlab.run("attention-svm-w", out=tmp_path / "svm")
+    out = r.intervene()
+    (e,) = [x for x in out["effects"] if x["id"] == "replace-selected"]
+    # Replacing each sequence's selected token moves the margin; replacing
+    # another token moves it far less.
+    assert abs(e["intervened"] - e["clean"]) > 4 * abs(e["control"] - e["clean"])
+    assert (tmp_path / "svm" / "intervene.json").is_file()
+    assert "## Interventions" in (tmp_path / "svm" / "report.md").read_text()
+    # Induction's flags are refused by a paper with a fixed suite, naming the flag.
+    with pytest.raises(mechlab.ConfigError, match="--patch"):
+        r.intervene(patch=True)
