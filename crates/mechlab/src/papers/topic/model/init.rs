@@ -59,39 +59,24 @@ pub(super) fn init_params<T: Float>(
             .collect()
     };
     let attn_trained = cfg.attention == AttnKind::Trained;
-    let (w_q, b_q) = if attn_trained {
-        (
-            lin(d * d, d, nz),
-            if nz {
-                vec![T::zero(); d]
-            } else {
-                lin(d, d, false)
-            },
-        )
-    } else {
-        (vec![T::zero(); d * d], vec![T::zero(); d])
+    // A trained projection's weight and bias (the bias zero under near-zero init),
+    // or zeros for a frozen one; each call draws in the order W then b.
+    let mut projection = |trained: bool| {
+        if !trained {
+            return (vec![T::zero(); d * d], vec![T::zero(); d]);
+        }
+        let w = lin(d * d, d, nz);
+        let b = if nz {
+            vec![T::zero(); d]
+        } else {
+            lin(d, d, false)
+        };
+        (w, b)
     };
-    let (w_k, b_k) = if attn_trained {
-        (
-            lin(d * d, d, nz),
-            if nz {
-                vec![T::zero(); d]
-            } else {
-                lin(d, d, false)
-            },
-        )
-    } else {
-        (vec![T::zero(); d * d], vec![T::zero(); d])
-    };
+    let (w_q, b_q) = projection(attn_trained);
+    let (w_k, b_k) = projection(attn_trained);
     let (w_v, b_v) = match cfg.value {
-        ValueKind::Trained => (
-            lin(d * d, d, nz),
-            if nz {
-                vec![T::zero(); d]
-            } else {
-                lin(d, d, false)
-            },
-        ),
+        ValueKind::Trained => projection(true),
         ValueKind::Identity => (eye(d), vec![T::zero(); d]),
         ValueKind::Blocks => {
             let blocks = (0..d * d)
