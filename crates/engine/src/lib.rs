@@ -70,6 +70,7 @@
 pub mod bert;
 pub mod f64x2;
 pub mod float;
+pub mod gpt;
 pub mod gradcheck;
 pub mod hooks;
 pub mod layers;

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod dropout;
 pub mod embedding;
+pub mod gelu;
 pub mod l2norm;
 pub mod layernorm;
 pub mod linear;

@@ -1,0 +1,182 @@
+//! The model's TransformerLens hook points: the training forward run with a
+//! visitor that hands each activation to the [`Site`] (read, then changed by any
+//! hooks before the forward goes on), so analysis and training share one forward.
+//!
+//! Input: [`Batch`] token ids `[batch, pos]` (`pos ≤ n_ctx`). Output: the logits
+//! `[batch, pos, d_vocab]`. Hook points, in forward order (`l` over the layers;
+//! the MLP ones only with MLPs, `hook_pos_embed` only with absolute positions):
+//!
+//! | name | layout |
+//! |---|---|
+//! | `hook_embed`, `hook_pos_embed` | `[batch, pos, d_model]` |
+//! | `blocks.{l}.hook_resid_pre` | `[batch, pos, d_model]` |
+//! | `blocks.{l}.attn.hook_q`, `hook_k`, `hook_v` | `[batch, pos, head, d_head]` |
+//! | `blocks.{l}.attn.hook_pattern` | `[batch, head, query_pos, key_pos]` |
+//! | `blocks.{l}.attn.hook_z` | `[batch, pos, head, d_head]` |
+//! | `blocks.{l}.hook_attn_out`, `hook_resid_mid` | `[batch, pos, d_model]` |
+//! | `blocks.{l}.mlp.hook_pre`, `mlp.hook_post` | `[batch, pos, d_mlp]` |
+//! | `blocks.{l}.hook_mlp_out`, `hook_resid_post` | `[batch, pos, d_model]` |
+//!
+//! ```
+//! use mechlab_engine::gpt::{Gpt, GptConfig};
+//! use mechlab_engine::hooks::{Batch, HookedModel};
+//! use rand::SeedableRng;
+//! let cfg = GptConfig { d_model: 8, n_heads: 2, d_head: 4, n_ctx: 6, d_vocab: 5, ..GptConfig::default() };
+//! let mut m = Gpt::<f64>::new(&cfg, &mut rand_chacha::ChaCha8Rng::seed_from_u64(1)).unwrap();
+//! let (y, cache) = m.run_with_cache(&Batch::new(vec![0, 1, 2, 0], 1, 4), &["blocks.1.attn.hook_pattern"]).unwrap();
+//! assert_eq!(y.shape, vec![1, 4, 5]);
+//! assert_eq!(cache["blocks.1.attn.hook_pattern"].shape, vec![1, 2, 4, 4]);
+//! ```
+
+use super::work::{Kind, Visitor};
+use super::{Gpt, Workspace};
+use crate::hooks::{Axes, Batch, HookError, HookPoint, HookedModel, Site, Tensor};
+use crate::Float;
+
+fn layout(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Resid => "[batch, pos, d_model]",
+        Kind::Heads => "[batch, pos, head, d_head]",
+        Kind::Pattern => "[batch, head, query_pos, key_pos]",
+        Kind::Mlp => "[batch, pos, d_mlp]",
+    }
+}
+
+impl<T: Float> Gpt<T> {
+    /// Every hook point with its layout kind, in forward order.
+    fn points_with_kind(&self) -> Vec<(String, Kind, &'static str)> {
+        let mut v = vec![(
+            "hook_embed".to_string(),
+            Kind::Resid,
+            "token embeddings W_E[x]",
+        )];
+        if self.ix.w_pos.is_some() {
+            v.push((
+                "hook_pos_embed".into(),
+                Kind::Resid,
+                "position embeddings W_pos[pos]",
+            ));
+        }
+        for l in 0..self.cfg.n_layers {
+            let b = format!("blocks.{l}");
+            v.push((
+                format!("{b}.hook_resid_pre"),
+                Kind::Resid,
+                "residual stream into the block",
+            ));
+            v.push((format!("{b}.attn.hook_q"), Kind::Heads, "queries"));
+            v.push((format!("{b}.attn.hook_k"), Kind::Heads, "keys"));
+            v.push((format!("{b}.attn.hook_v"), Kind::Heads, "values"));
+            v.push((
+                format!("{b}.attn.hook_pattern"),
+                Kind::Pattern,
+                "causal softmax of q·k/√d_head",
+            ));
+            v.push((format!("{b}.attn.hook_z"), Kind::Heads, "Σ_j pattern · v_j"));
+            v.push((format!("{b}.hook_attn_out"), Kind::Resid, "z · W_Oᵀ + b_O"));
+            if self.cfg.d_mlp > 0 {
+                v.push((
+                    format!("{b}.hook_resid_mid"),
+                    Kind::Resid,
+                    "resid_pre + attn_out",
+                ));
+                v.push((
+                    format!("{b}.mlp.hook_pre"),
+                    Kind::Mlp,
+                    "W_in · LN2(resid_mid) + b_in",
+                ));
+                v.push((format!("{b}.mlp.hook_post"), Kind::Mlp, "gelu(pre)"));
+                v.push((
+                    format!("{b}.hook_mlp_out"),
+                    Kind::Resid,
+                    "W_out · post + b_out",
+                ));
+            }
+            v.push((
+                format!("{b}.hook_resid_post"),
+                Kind::Resid,
+                "residual stream out of the block",
+            ));
+        }
+        v
+    }
+}
+
+impl<T: Float> HookedModel for Gpt<T> {
+    fn hook_points(&self) -> Vec<HookPoint> {
+        self.points_with_kind()
+            .into_iter()
+            .map(|(n, k, doc)| HookPoint::new(n, layout(k), doc))
+            .collect()
+    }
+
+    fn output_layout(&self) -> String {
+        "[batch, pos, d_vocab]".into()
+    }
+
+    fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        let (nb, t) = (batch.batch, batch.seq_len);
+        let c = &self.cfg;
+        if nb == 0 || t == 0 || t > c.n_ctx {
+            return Err(HookError::Input(format!(
+                "batch {nb} × pos {t}: need at least one sequence of 1..={} positions",
+                c.n_ctx
+            )));
+        }
+        if let Some(bad) = batch.tokens.iter().find(|&&x| x as usize >= c.d_vocab) {
+            return Err(HookError::Input(format!(
+                "token {bad} outside the vocabulary of {}",
+                c.d_vocab
+            )));
+        }
+        let (d, nh, dh, dm) = (c.d_model, c.n_heads, c.d_head, c.d_mlp);
+        let mut ws = Workspace::with_chunks(self, nb, t, 1);
+        let w = &mut ws.chunks[0];
+        w.load(&batch.tokens, 0..nb, t, false);
+        let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<(), HookError> {
+            let (shape, axes) = match kind {
+                Kind::Resid => (
+                    vec![nb, t, d],
+                    Axes {
+                        head: None,
+                        pos: Some(1),
+                    },
+                ),
+                Kind::Heads => (
+                    vec![nb, t, nh, dh],
+                    Axes {
+                        head: Some(2),
+                        pos: Some(1),
+                    },
+                ),
+                Kind::Pattern => (
+                    vec![nb, nh, t, t],
+                    Axes {
+                        head: Some(1),
+                        pos: Some(2),
+                    },
+                ),
+                Kind::Mlp => (
+                    vec![nb, t, dm],
+                    Axes {
+                        head: None,
+                        pos: Some(1),
+                    },
+                ),
+            };
+            let mut x = Tensor::new(shape, data.iter().map(|v| v.as_f64()).collect());
+            site.visit(name, &mut x, axes)?;
+            data.iter_mut()
+                .zip(&x.data)
+                .for_each(|(a, &b)| *a = T::of(b));
+            Ok(())
+        };
+        let mut vis: Visitor<'_, T> = Some(&mut f);
+        w.forward(self, &mut vis)?;
+        let v = c.d_vocab;
+        let logits = (0..nb)
+            .flat_map(|s| w.logits(s).iter().map(|x| x.as_f64()).collect::<Vec<_>>())
+            .collect();
+        Ok(Tensor::new(vec![nb, t, v], logits))
+    }
+}
