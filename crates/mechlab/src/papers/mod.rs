@@ -7,6 +7,7 @@
 
 pub mod attention_svm;
 pub mod induction;
+pub mod lm_induction;
 pub mod markov_icl;
 pub mod selection;
 pub mod topic;
@@ -24,4 +25,5 @@ pub fn registry() -> Registry {
         .with(&topic::TopicExperiment)
         .with(&topic_bert::TopicBert)
         .with(&attention_svm::AttentionSvm)
+        .with(&lm_induction::LmInduction)
 }
