@@ -92,3 +92,53 @@ fn wikitext_loads_as_byte_tokens_and_bad_paths_name_the_key() {
         "{e}"
     );
 }
+
+/// `load_model` rebuilds the run's transformer from its checkpoint, with every
+/// TransformerLens hook point; step 0 is the initialisation.
+#[test]
+fn a_run_loads_for_analysis_with_its_hook_points() {
+    use mechlab_engine::hooks::Batch;
+    let reg = mechlab::papers::registry();
+    let exp = reg.find("lm-induction").unwrap();
+    let mut table = exp.default_config();
+    let preset = reg.find_preset("lm-induction-repeated").unwrap();
+    mechlab::config::overlay(
+        &mut table,
+        &mechlab::config::parse(preset.text, "preset").unwrap(),
+        "preset",
+    )
+    .unwrap();
+    for o in [
+        "train.steps=20",
+        "run.probe_every=10",
+        "data.batch=8",
+        "run.checkpoint_every=10",
+    ] {
+        mechlab::config::apply_override(&mut table, o).unwrap();
+    }
+    let prepared = exp.prepare(&table, "test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut ctx = mechlab::run::RunCtx::create(&run, table, "test", true).unwrap();
+    let s = prepared.run(&mut ctx).unwrap();
+    ctx.finish(&s).unwrap();
+    let mut m = mechlab::inspect::load_model(&reg, &run, None).unwrap();
+    let batch = Batch::new((0..16).map(|i| i % 64).collect(), 1, 16);
+    let (y, cache) = m
+        .run_with_cache(
+            &batch,
+            &["blocks.1.attn.hook_pattern", "blocks.0.attn.hook_z"],
+        )
+        .unwrap();
+    assert_eq!(y.shape, vec![1, 16, 64]);
+    assert_eq!(
+        cache["blocks.1.attn.hook_pattern"].shape,
+        vec![1, 4, 16, 16]
+    );
+    assert_eq!(cache["blocks.0.attn.hook_z"].shape, vec![1, 16, 4, 16]);
+    let (y0, _) = mechlab::inspect::load_model(&reg, &run, Some(0))
+        .unwrap()
+        .run_with_cache(&batch, &[])
+        .unwrap();
+    assert_ne!(y0, y, "step 0 is the initialisation");
+}

@@ -1,9 +1,11 @@
 //! GELU, the tanh approximation GPT-2 uses (TransformerLens `gelu_new`):
 //! `gelu(x) = x/2 · (1 + tanh(u))`, `u = √(2/π) · (x + 0.044715 x³)`.
 //!
-//! Its derivative is `gelu'(x) = (1 + tanh u)/2 + x/2 · (1 − tanh² u) · u'(x)`,
-//! `u' = √(2/π) · (1 + 3 · 0.044715 x²)`; `1 − tanh²` is computed from `tanh`
-//! itself, which is exact enough here (it only vanishes where `gelu'` is `0` or `1`).
+//! Computed as `x · σ(2u)` (the same function: `(1 + tanh u)/2 = σ(2u)`), one
+//! `exp` per element instead of a `tanh`, which is what made the MLP step slow
+//! (bench/gpt). Its derivative is `gelu'(x) = s + x · s(1 − s) · 2u'(x)` with
+//! `s = σ(2u)`, `u' = √(2/π) · (1 + 3 · 0.044715 x²)`; for `u → −∞`, `exp(−2u)`
+//! overflows to `∞` and `s` to `0`, the right limit, never a NaN.
 //! (The exact erf GELU of the BERT encoder is `bert::encoder::gelu`, forward only.)
 //!
 //! ```
@@ -23,13 +25,17 @@ fn inner<T: Float>(x: T) -> T {
     s * (x + T::of(C) * x * x * x)
 }
 
+/// `σ(2u) = 1 / (1 + e^(−2u))`.
+fn sigma2<T: Float>(u: T) -> T {
+    T::one() / (T::one() + (-(u + u)).exp())
+}
+
 /// `y = gelu(x)` elementwise, overwriting `y`.
 pub fn forward<T: Float>(y: &mut [T], x: &[T]) {
     // x: [N] -> y: [N]
     assert_eq!(y.len(), x.len(), "gelu: y and x differ in length");
-    let half = T::of(0.5);
     for (yi, &xi) in y.iter_mut().zip(x) {
-        *yi = half * xi * (T::one() + inner(xi).tanh());
+        *yi = xi * sigma2(inner(xi));
     }
 }
 
@@ -38,11 +44,12 @@ pub fn backward<T: Float>(dx: &mut [T], dy: &[T], x: &[T]) {
     // dy: [N], x: [N] -> dx: [N] (+=)
     assert_eq!(dx.len(), x.len(), "gelu: dx and x differ in length");
     assert_eq!(dy.len(), x.len(), "gelu: dy and x differ in length");
-    let (half, s) = (T::of(0.5), T::of((2.0 / std::f64::consts::PI).sqrt()));
+    let c = T::of((2.0 / std::f64::consts::PI).sqrt());
+    let two = T::of(2.0);
     for ((g, &d), &xi) in dx.iter_mut().zip(dy).zip(x) {
-        let th = inner(xi).tanh();
-        let du = s * (T::one() + T::of(3.0 * C) * xi * xi);
-        *g += d * (half * (T::one() + th) + half * xi * (T::one() - th * th) * du);
+        let s = sigma2(inner(xi));
+        let du = c * (T::one() + T::of(3.0 * C) * xi * xi);
+        *g += d * (s + xi * s * (T::one() - s) * two * du);
     }
 }
 

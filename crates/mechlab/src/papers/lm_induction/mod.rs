@@ -18,6 +18,7 @@
 //! assert_eq!((cfg.model.n_layers, cfg.data.seq_len), (2, 256));
 //! ```
 
+pub mod analysis;
 pub mod config;
 pub mod data;
 mod measure;
@@ -109,6 +110,14 @@ impl Paper for LmInduction {
             ReproduceItem::new("lm-induction-repeated", &[]),
             ReproduceItem::new("lm-induction-repeated-1l", &[]),
         ]
+    }
+    fn load(
+        &self,
+        cfg: &LmConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
     }
 }
 

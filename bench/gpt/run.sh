@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A training step of the general causal transformer (engine::gpt) at
+# lm-induction's real-text size (2 layers, d_model 128, 4 heads of 32, T = 256,
+# batch 16, f32, AdamW) in mechlab and in PyTorch (the same parameters and
+# batches; attention written out, and SDPA), 2 threads each, interleaved
+# A B A B; checks the first three losses agree and prints medians, the ratio and
+# mechlab's share of the measured matmul peak.
+# Usage: bench/gpt/run.sh [steps] [rounds] [d_mlp]
+set -euo pipefail
+source "$(dirname "$0")/../common.sh"
+steps="${1:-30}"; rounds="${2:-3}"; d_mlp="${3:-0}"
+bin="$(build_example bench_gpt)"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq "$rounds"); do
+  "$bin" "$tmp" "$steps" "$d_mlp" > "$tmp/rust$r.txt"
+  "$py" bench/gpt/torch_gpt.py "$tmp" "$tmp/rust$r.txt" > "$tmp/torch$r.txt"
+  grep threads "$tmp/rust$r.txt"; cat "$tmp/torch$r.txt"
+done
+"$py" - "$tmp" "$rounds" <<'PY'
+import re, statistics, sys
+d, n = sys.argv[1], int(sys.argv[2])
+ms = lambda pat, f: float(re.search(pat, open(f).read()).group(1))
+ours = [ms(r"step ([\d.]+) ms", f"{d}/rust{r}.txt") for r in range(1, n + 1)]
+share = [ms(r"share ([\d.]+)%", f"{d}/rust{r}.txt") for r in range(1, n + 1)]
+for name in ["eager", "sdpa"]:
+    theirs = [ms(rf"torch-{name} step ([\d.]+) ms", f"{d}/torch{r}.txt") for r in range(1, n + 1)]
+    ratios = [t / o for t, o in zip(theirs, ours)]
+    print(f"vs PyTorch {name}: mechlab {statistics.median(ours):.1f} ms, PyTorch {statistics.median(theirs):.1f} ms, "
+          f"ratio median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
+print(f"mechlab share of the measured f32 matmul peak: median {statistics.median(share):.1f}%")
+PY

@@ -1,0 +1,149 @@
+//! Times a training step (forward, backward, AdamW) of the general causal
+//! transformer (`engine::gpt`) at lm-induction's real-text size, writes its
+//! initial parameters and batches for `bench/gpt/torch_gpt.py`, and prints the
+//! first losses (which the PyTorch side must reproduce), the time per step, the
+//! FLOPs executed and their share of this machine's measured matmul peak.
+//!
+//! Usage: `bench_gpt DIR [steps] [d_mlp]` (d_mlp 0: attention-only).
+
+use mechlab::train::config::OptimizerKind;
+use mechlab::train::optim::{Hyper, Optimizer};
+use mechlab_engine::gpt::{Gpt, GptConfig, Workspace};
+use mechlab_engine::layers::attention::CAUSAL_BLOCK;
+use mechlab_engine::matmul::{matmul_par, Op};
+use mechlab_engine::Parameters;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+const B: usize = 16;
+
+/// Measured 2-thread f32 matmul peak (GFLOP/s) on 1024³ products.
+fn peak_gflops() -> f64 {
+    let n = 1024;
+    let (a, b, mut c) = (
+        vec![1.0f32; n * n],
+        vec![0.5f32; n * n],
+        vec![0.0f32; n * n],
+    );
+    let threads = rayon::current_num_threads();
+    matmul_par(&mut c, &a, Op::N, &b, Op::N, n, n, n, false, threads);
+    let (t0, reps) = (Instant::now(), 8);
+    for _ in 0..reps {
+        matmul_par(&mut c, &a, Op::N, &b, Op::N, n, n, n, false, threads);
+    }
+    2.0 * (n * n * n * reps) as f64 / t0.elapsed().as_secs_f64() / 1e9
+}
+
+/// FLOPs of one step as mechlab executes it (attention over the causal row
+/// blocks it computes, `engine::layers::attention::CAUSAL_BLOCK`; backward
+/// counted as twice the forward).
+fn step_flops(c: &GptConfig, t: usize) -> f64 {
+    let (rows, d, hd, v) = (
+        (B * t) as f64,
+        c.d_model as f64,
+        (c.n_heads * c.d_head) as f64,
+        c.d_vocab as f64,
+    );
+    // (query, key) cells per head and sequence: each block's rows times its keys
+    let cells: usize = (0..t)
+        .step_by(CAUSAL_BLOCK)
+        .map(|i0| {
+            let i1 = (i0 + CAUSAL_BLOCK).min(t);
+            (i1 - i0) * i1
+        })
+        .sum();
+    let per_layer = 2.0 * rows * (4.0 * d * hd + 2.0 * d * c.d_mlp as f64)
+        + 4.0 * (B * c.n_heads * cells * c.d_head) as f64;
+    3.0 * (c.n_layers as f64 * per_layer + 2.0 * rows * d * v)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = Path::new(args.first().map(String::as_str).unwrap_or("/tmp/bench-gpt")).to_path_buf();
+    let steps: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(30);
+    let d_mlp: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(0);
+    std::fs::create_dir_all(&dir)?;
+    let t = 256;
+    let cfg = GptConfig {
+        n_layers: 2,
+        d_model: 128,
+        n_heads: 4,
+        d_head: 32,
+        d_mlp,
+        attn_only: d_mlp == 0,
+        n_ctx: t,
+        d_vocab: 256,
+        ..GptConfig::default()
+    };
+    let mut m =
+        Gpt::<f32>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(0)).map_err(anyhow::Error::msg)?;
+    // the initial parameters, in visit order, and their names and shapes
+    let mut f = std::fs::File::create(dir.join("params.bin"))?;
+    let mut names = Vec::new();
+    m.visit(&mut |p| {
+        names.push(serde_json::json!({"name": p.name(), "shape": p.shape()}));
+        let bytes: Vec<u8> = p.value().iter().flat_map(|v| v.to_le_bytes()).collect();
+        f.write_all(&bytes).expect("write params");
+    });
+    let check = 3;
+    let n_batches = check + steps;
+    let mut r = ChaCha8Rng::seed_from_u64(1);
+    let tokens: Vec<u32> = (0..n_batches * B * (t + 1))
+        .map(|_| r.random_range(0..256u32))
+        .collect();
+    std::fs::File::create(dir.join("tokens.bin"))?.write_all(
+        &tokens
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    )?;
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string_pretty(
+            &serde_json::json!({"cfg": cfg, "batch": B, "seq_len": t, "params": names, "check": check, "steps": steps}),
+        )?,
+    )?;
+    let hyper = Hyper {
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        ..Hyper::default()
+    };
+    let mut opt = Optimizer::new(OptimizerKind::Adamw, hyper, &m);
+    let mut ws = Workspace::new(&m, B, t);
+    let per = B * (t + 1);
+    let mut losses = Vec::new();
+    let mut run = |m: &mut Gpt<f32>, i: usize| {
+        m.zero_grad();
+        let l = m.train_step(&mut ws, &tokens[i * per..(i + 1) * per]);
+        opt.step(m, 1e-3, &[]);
+        l
+    };
+    for i in 0..check {
+        losses.push(run(&mut m, i));
+    }
+    let t0 = Instant::now();
+    for i in check..n_batches {
+        run(&mut m, i);
+    }
+    let sec = t0.elapsed().as_secs_f64() / steps as f64;
+    let peak = peak_gflops();
+    let flops = step_flops(&cfg, t);
+    for (i, l) in losses.iter().enumerate() {
+        println!("loss {i} {l:.7}");
+    }
+    println!(
+        "threads {} step {:.2} ms ({:.0} tokens/s) flops {:.3e} executed {:.1} GFLOP/s peak {:.1} GFLOP/s share {:.1}%",
+        rayon::current_num_threads(),
+        sec * 1e3,
+        (B * t) as f64 / sec,
+        flops,
+        flops / sec / 1e9,
+        peak,
+        100.0 * flops / sec / 1e9 / peak
+    );
+    Ok(())
+}
