@@ -142,3 +142,34 @@ fn a_run_loads_for_analysis_with_its_hook_points() {
         .unwrap();
     assert_ne!(y0, y, "step 0 is the initialisation");
 }
+
+/// `data.tokenizer = "bpe"` trains a byte-level BPE on the training articles;
+/// its `tokenizer.json` reads back into the `tokenizers` crate and decodes the
+/// ids to the text they came from.
+#[test]
+fn bpe_is_trained_on_the_text_and_round_trips() {
+    use mechlab::papers::lm_induction::config::Tokenizer;
+    let cfg = DataConfig {
+        tokenizer: Tokenizer::Bpe,
+        bpe_vocab: 400,
+        ..DataConfig::default()
+    };
+    let c = Corpus::load(&cfg).unwrap();
+    let bytes = Corpus::load(&DataConfig::default()).unwrap();
+    assert_eq!(c.vocab(), 400);
+    assert!(c.train.iter().all(|&t| (t as usize) < 400));
+    assert!(
+        c.train.len() < bytes.train.len() * 3 / 4,
+        "{} tokens for {} bytes",
+        c.train.len(),
+        bytes.train.len()
+    );
+    let tk: tokenizers::Tokenizer = c.bpe_json.as_deref().unwrap().parse().unwrap();
+    let text = tk.decode(&c.train[..200], false).unwrap();
+    let raw: Vec<u8> = bytes.train[..400]
+        .iter()
+        .map(|&i| bytes.bytes[i as usize])
+        .collect();
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with(text.trim_start()), "{text:?} vs {raw:?}");
+}

@@ -23,10 +23,26 @@ pub enum Source {
     Repeated,
 }
 
+/// How text becomes tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// One token per byte (over the bytes that occur).
+    #[default]
+    Bytes,
+    /// A byte-level BPE trained on the training text (`data.bpe_vocab` tokens),
+    /// saved with the run as `tokenizer.json`.
+    Bpe,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
     pub source: Source,
+    /// Text: `bytes` or `bpe`.
+    pub tokenizer: Tokenizer,
+    /// Vocabulary size of the trained BPE.
+    pub bpe_vocab: usize,
     /// Training text (WikiText format), relative to the shared data folder.
     pub file: String,
     /// Held-out text for the loss and the in-context learning score.
@@ -46,6 +62,8 @@ impl Default for DataConfig {
     fn default() -> Self {
         DataConfig {
             source: Source::Text,
+            tokenizer: Tokenizer::Bytes,
+            bpe_vocab: 1024,
             file: "wikipedia/wikitext-2/wiki.test.tokens".into(),
             heldout_file: "wikipedia/wikitext-2/wiki.valid.tokens".into(),
             seq_len: 256,
@@ -214,6 +232,12 @@ pub fn check(cfg: &LmConfig) -> Result<(), String> {
     }
     if d.source == Source::Repeated && !(2..=65536).contains(&d.vocab) {
         return Err(format!("data.vocab = {}: must be 2..=65536", d.vocab));
+    }
+    if d.tokenizer == Tokenizer::Bpe && !(300..=65536).contains(&d.bpe_vocab) {
+        return Err(format!(
+            "data.bpe_vocab = {}: must be 300..=65536 (the 256 bytes and some merges)",
+            d.bpe_vocab
+        ));
     }
     if !(0.0..=1.0).contains(&d.repeat_frac) {
         return Err(format!(

@@ -3,45 +3,136 @@
 //!
 //! Text is read with the corpora crate's WikiText loader (articles, `@-@`
 //! marks joined back), each article written as its title, a newline, its text
-//! and a blank line; tokens are bytes, numbered in byte order over the bytes that
-//! occur in the training or held-out text (`Corpus::bytes`), so no id is unknown.
+//! and a blank line. Tokens are bytes, numbered in byte order over the bytes
+//! that occur in the training or held-out text (`Corpus::bytes`), so no id is
+//! unknown; or the ids of a byte-level BPE trained on the training articles by
+//! the `tokenizers` crate (a well-kept implementation of what GPT-2 uses; we
+//! write no tokenizer of our own), which every byte string encodes into.
 
-use super::config::{DataConfig, Source};
+use super::config::{DataConfig, Source, Tokenizer};
 use mechlab_corpora::datadir::data_path;
 use mechlab_corpora::wikipedia::wikitext2::load_wikitext2;
 use rand::Rng;
+use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{
+    DecoderWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper, TokenizerBuilder,
+    TokenizerImpl,
+};
 
-/// The byte-level corpus: its vocabulary and both splits as ids.
+type Bpe = TokenizerImpl<
+    BPE,
+    NormalizerWrapper,
+    PreTokenizerWrapper,
+    PostProcessorWrapper,
+    DecoderWrapper,
+>;
+
+/// The tokenised corpus: its vocabulary and both splits as ids.
 #[derive(Clone, Debug)]
 pub struct Corpus {
-    /// `bytes[id]` is the byte token `id` stands for.
+    /// Bytes: `bytes[id]` is the byte token `id` stands for; empty with BPE.
     pub bytes: Vec<u8>,
+    /// The trained BPE's `tokenizer.json` (Hugging Face format), with BPE.
+    pub bpe_json: Option<String>,
+    /// Each BPE id's token as the tokenizer spells it (`Ġ` for a space).
+    pub bpe_tokens: Vec<String>,
     pub train: Vec<u32>,
     pub heldout: Vec<u32>,
 }
 
-fn read_text(rel: &str, key: &str) -> Result<Vec<u8>, String> {
+/// The articles of a WikiText file, each as title, newline, text, blank line.
+fn read_docs(rel: &str, key: &str) -> Result<Vec<String>, String> {
     let path = data_path(rel).map_err(|e| format!("{key} = {rel:?}: {e}"))?;
     let arts = load_wikitext2(&path).map_err(|e| format!("{key} = {rel:?}: {e}"))?;
+    Ok(arts
+        .into_iter()
+        .map(|a| format!("{}\n{}\n\n", a.title, a.text))
+        .collect())
+}
+
+fn train_bpe(docs: &[String], vocab: usize) -> Result<Bpe, String> {
+    let err = |e: tokenizers::Error| format!("data.tokenizer = \"bpe\": {e}");
+    let mut tk: Bpe = TokenizerBuilder::default()
+        .with_model(BPE::default())
+        .with_pre_tokenizer(Some(PreTokenizerWrapper::ByteLevel(ByteLevel::default())))
+        .with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())))
+        .build()
+        .map_err(err)?;
+    let mut trainer = BpeTrainerBuilder::new()
+        .vocab_size(vocab)
+        .min_frequency(2)
+        .show_progress(false)
+        .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+        .build();
+    tk.train(&mut trainer, docs.iter()).map_err(err)?;
+    Ok(tk)
+}
+
+fn encode_bpe(tk: &Bpe, docs: &[String]) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
-    for a in arts {
-        out.extend_from_slice(a.title.as_bytes());
-        out.push(b'\n');
-        out.extend_from_slice(a.text.as_bytes());
-        out.extend_from_slice(b"\n\n");
+    for d in docs {
+        let e = tk
+            .encode(d.as_str(), false)
+            .map_err(|e| format!("data.tokenizer = \"bpe\": {e}"))?;
+        out.extend_from_slice(e.get_ids());
     }
     Ok(out)
 }
 
 impl Corpus {
-    /// Reads `data.file` and `data.heldout_file`.
+    /// Reads `data.file` and `data.heldout_file` and tokenises them.
     pub fn load(cfg: &DataConfig) -> Result<Corpus, String> {
-        let train = read_text(&cfg.file, "data.file")?;
-        let heldout = read_text(&cfg.heldout_file, "data.heldout_file")?;
+        let train_docs = read_docs(&cfg.file, "data.file")?;
+        let heldout_docs = read_docs(&cfg.heldout_file, "data.heldout_file")?;
+        let c = match cfg.tokenizer {
+            Tokenizer::Bytes => Self::bytes(
+                &train_docs.concat().into_bytes(),
+                &heldout_docs.concat().into_bytes(),
+            ),
+            Tokenizer::Bpe => {
+                let tk = train_bpe(&train_docs, cfg.bpe_vocab)?;
+                let n = tk.get_vocab_size(true) as u32;
+                Corpus {
+                    bytes: Vec::new(),
+                    bpe_json: Some(
+                        tk.to_string(false)
+                            .map_err(|e| format!("data.tokenizer = \"bpe\": {e}"))?,
+                    ),
+                    bpe_tokens: (0..n)
+                        .map(|i| tk.id_to_token(i).unwrap_or_default())
+                        .collect(),
+                    train: encode_bpe(&tk, &train_docs)?,
+                    heldout: encode_bpe(&tk, &heldout_docs)?,
+                }
+            }
+        };
+        for (key, split) in [("data.file", &c.train), ("data.heldout_file", &c.heldout)] {
+            if split.len() < 2 * (cfg.seq_len + 1) {
+                return Err(format!(
+                    "{key}: {} tokens of text, fewer than two windows of data.seq_len + 1 = {}",
+                    split.len(),
+                    cfg.seq_len + 1
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    /// The vocabulary size.
+    pub fn vocab(&self) -> usize {
+        if self.bpe_json.is_some() {
+            self.bpe_tokens.len()
+        } else {
+            self.bytes.len()
+        }
+    }
+
+    fn bytes(train: &[u8], heldout: &[u8]) -> Corpus {
         let mut seen = [false; 256];
         train
             .iter()
-            .chain(&heldout)
+            .chain(heldout)
             .for_each(|&b| seen[b as usize] = true);
         let bytes: Vec<u8> = (0..=255u8).filter(|&b| seen[b as usize]).collect();
         let mut id = [0u32; 256];
@@ -50,25 +141,23 @@ impl Corpus {
             .enumerate()
             .for_each(|(i, &b)| id[b as usize] = i as u32);
         let enc = |s: &[u8]| s.iter().map(|&b| id[b as usize]).collect::<Vec<u32>>();
-        let (train, heldout) = (enc(&train), enc(&heldout));
-        for (key, split) in [("data.file", &train), ("data.heldout_file", &heldout)] {
-            if split.len() < 2 * (cfg.seq_len + 1) {
-                return Err(format!(
-                    "{key}: {} bytes of text, fewer than two windows of data.seq_len + 1 = {}",
-                    split.len(),
-                    cfg.seq_len + 1
-                ));
-            }
-        }
-        Ok(Corpus {
+        Corpus {
             bytes,
-            train,
-            heldout,
-        })
+            bpe_json: None,
+            bpe_tokens: Vec::new(),
+            train: enc(train),
+            heldout: enc(heldout),
+        }
     }
 
     /// A token as text, for figure ticks (`⏎` for a newline, `·` for a space).
     pub fn show(&self, id: u32) -> String {
+        if self.bpe_json.is_some() {
+            return self
+                .bpe_tokens
+                .get(id as usize)
+                .map_or(format!("#{id}"), |t| t.replace('Ġ', "·").replace('Ċ', "⏎"));
+        }
         match self.bytes.get(id as usize) {
             Some(b'\n') => "⏎".into(),
             Some(b' ') => "·".into(),
@@ -97,7 +186,7 @@ impl Data {
     }
     pub fn vocab(&self) -> usize {
         match self {
-            Data::Text { corpus, .. } => corpus.bytes.len(),
+            Data::Text { corpus, .. } => corpus.vocab(),
             Data::Repeated { vocab } => *vocab,
         }
     }

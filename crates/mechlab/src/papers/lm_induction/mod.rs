@@ -162,6 +162,10 @@ fn eval_record(e: &probes::Eval) -> Vec<(String, f64)> {
 fn run_typed<T: Float>(cfg: &LmConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
     let seed = cfg.seed;
     let data = Data::new(&cfg.data).map_err(bad)?;
+    if let Some(json) = data.corpus().and_then(|c| c.bpe_json.as_deref()) {
+        let value = serde_json::from_str(json).map_err(|e| bad(format!("tokenizer.json: {e}")))?;
+        ctx.artifact("tokenizer.json", &value)?;
+    }
     let (v, t) = (data.vocab(), cfg.data.seq_len);
     let model =
         Gpt::<T>::new(&cfg.model.gpt(t, v), &mut stream(seed, Stream::Init)).map_err(bad)?;

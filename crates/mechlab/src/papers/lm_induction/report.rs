@@ -152,7 +152,11 @@ pub fn notes<T: Float>(
         c.d_head,
         c.n_ctx,
         c.d_vocab,
-        match task.data.corpus() { Some(_) => "bytes of the text", None => "random tokens" },
+        match task.data.corpus() {
+            Some(c) if c.bpe_json.is_some() => "BPE tokens of the text, tokenizer.json",
+            Some(_) => "bytes of the text",
+            None => "random tokens",
+        },
         mechlab_engine::Parameters::num_params(&task.model),
         cfg.train.total_steps(),
         cfg.data.batch,
