@@ -9,6 +9,11 @@ use mechlab::papers::lm_induction::data::Corpus;
 use mechlab::run::summary::Summary;
 
 fn run_preset(name: &str, overrides: &[&str]) -> Summary {
+    run_kept(name, &[&["run.checkpoints=false"], overrides].concat()).0
+}
+
+/// A run whose folder is kept (with its checkpoints) for the caller.
+fn run_kept(name: &str, overrides: &[&str]) -> (Summary, tempfile::TempDir) {
     let reg = mechlab::papers::registry();
     let exp = reg.find("lm-induction").expect("registered");
     let mut table = exp.default_config();
@@ -19,7 +24,7 @@ fn run_preset(name: &str, overrides: &[&str]) -> Summary {
         "preset",
     )
     .unwrap();
-    for o in ["run.checkpoints=false"].iter().chain(overrides) {
+    for o in overrides {
         mechlab::config::apply_override(&mut table, o).unwrap();
     }
     let prepared = exp.prepare(&table, "test").unwrap();
@@ -28,7 +33,7 @@ fn run_preset(name: &str, overrides: &[&str]) -> Summary {
         mechlab::run::RunCtx::create(&dir.path().join("run"), table, "test", true).unwrap();
     let summary = prepared.run(&mut ctx).unwrap();
     ctx.finish(&summary).unwrap();
-    summary
+    (summary, dir)
 }
 
 fn verdict(s: &Summary, id: &str) -> bool {
@@ -41,10 +46,22 @@ fn verdict(s: &Summary, id: &str) -> bool {
 
 #[test]
 fn two_layers_form_induction_heads_and_one_layer_forms_none() {
-    let s = run_preset("lm-induction-repeated", &[]);
+    let (s, dir) = run_kept("lm-induction-repeated", &[]);
     for v in &s.verdicts {
         assert!(v.pass, "{}: {}", v.id, v.measured);
     }
+    // `mechlab intervene` on the finished run asks the same causal question
+    let v = mechlab::commands::intervene::run(
+        &mechlab::papers::registry(),
+        &dir.path().join("run"),
+        &mechlab::analysis::Request::default(),
+    )
+    .unwrap();
+    let e = &v["effects"][0];
+    let num = |k: &str| e[k].as_f64().unwrap();
+    assert_eq!(e["id"], "induction-heads");
+    assert!(num("intervened") > num("clean") / 2.0, "{e}");
+    assert!(num("control") < num("clean") / 2.0, "{e}");
     assert!(
         s.metrics["induction_best"] > 0.5 && s.metrics["icl_score"] < -1.0,
         "{:?}",

@@ -80,37 +80,11 @@ pub fn measure<T: Float>(
             .collect()
     };
     let (induction, prev_token) = (per_head("induction"), per_head("prev_token"));
-    let mut heads = Vec::new();
-    let mut others: Vec<(f64, (usize, usize))> = Vec::new();
-    for (l, hs) in fin.induction.iter().enumerate() {
-        for (h, &s) in hs.iter().enumerate() {
-            if s > INDUCTION_THRESHOLD {
-                heads.push((l, h));
-            } else {
-                others.push((s, (l, h)));
-            }
-        }
-    }
-    // Heads the induction heads depend on (their previous-token partners, Olsson
-    // et al.'s K-composition) are part of the circuit, not a control: a head is
-    // one when zero-ablating it alone takes the induction heads' mean score to
-    // less than half of what it is (the same majority rule as the threshold).
-    let base = if heads.is_empty() {
-        0.0
-    } else {
-        heads.iter().map(|&(l, h)| fin.induction[l][h]).sum::<f64>() / heads.len() as f64
-    };
-    let mut partners = Vec::new();
-    if !heads.is_empty() {
-        for &(_, lh) in &others {
-            let without = probes::induction_without(model, &probe.rep, probe.rep_len, &heads, lh)
-                .map_err(ExperimentError::Data)?;
-            if without < base / 2.0 {
-                partners.push(lh);
-            }
-        }
-    }
-    others.retain(|(_, lh)| !partners.contains(lh));
+    let Circuit {
+        heads,
+        partners,
+        control: control_heads,
+    } = circuit(model, probe, &fin)?;
     let best_series: Vec<f64> = (0..steps.len())
         .map(|i| {
             induction
@@ -131,14 +105,6 @@ pub fn measure<T: Float>(
     let icl_drop = (1..icl.len())
         .map(|i| (steps[i - 1] as u64, steps[i] as u64, icl[i - 1] - icl[i]))
         .max_by(|x, y| x.2.total_cmp(&y.2));
-    // the control: as many heads outside the circuit (neither induction heads
-    // nor their partners), those least like its first half first (lowest
-    // previous-token score: layer 0's previous-token heads often share the work,
-    // so that ablating one alone does not halve the induction score, yet
-    // ablating several does); fewer when the model has fewer such heads
-    others
-        .sort_by(|a, b| fin.prev_token[a.1 .0][a.1 .1].total_cmp(&fin.prev_token[b.1 .0][b.1 .1]));
-    let control_heads: Vec<(usize, usize)> = others.iter().take(heads.len()).map(|x| x.1).collect();
     let (icl_ablated, icl_control) = if heads.is_empty() || control_heads.is_empty() {
         (None, None)
     } else {
@@ -175,5 +141,67 @@ pub fn measure<T: Float>(
         icl_control,
         control_heads,
         partners,
+    })
+}
+
+/// The induction heads of a trained model, their partners and the control heads.
+pub struct Circuit {
+    /// Heads above [`INDUCTION_THRESHOLD`].
+    pub heads: Vec<(usize, usize)>,
+    /// Heads whose ablation alone halves the induction heads' mean score.
+    pub partners: Vec<(usize, usize)>,
+    /// As many heads outside the circuit (fewer when there are fewer).
+    pub control: Vec<(usize, usize)>,
+}
+
+/// Finds the [`Circuit`] of the model `fin` was measured on.
+pub fn circuit<T: Float>(
+    model: &mut Gpt<T>,
+    probe: &Probe<T>,
+    fin: &Eval,
+) -> Result<Circuit, ExperimentError> {
+    let mut heads = Vec::new();
+    let mut others: Vec<(f64, (usize, usize))> = Vec::new();
+    for (l, hs) in fin.induction.iter().enumerate() {
+        for (h, &s) in hs.iter().enumerate() {
+            if s > INDUCTION_THRESHOLD {
+                heads.push((l, h));
+            } else {
+                others.push((s, (l, h)));
+            }
+        }
+    }
+    // Heads the induction heads depend on (their previous-token partners, Olsson
+    // et al.'s K-composition) are part of the circuit, not a control: a head is
+    // one when zero-ablating it alone takes the induction heads' mean score to
+    // less than half of what it is (the same majority rule as the threshold).
+    let base = if heads.is_empty() {
+        0.0
+    } else {
+        heads.iter().map(|&(l, h)| fin.induction[l][h]).sum::<f64>() / heads.len() as f64
+    };
+    let mut partners = Vec::new();
+    if !heads.is_empty() {
+        for &(_, lh) in &others {
+            let without = probes::induction_without(model, &probe.rep, probe.rep_len, &heads, lh)
+                .map_err(ExperimentError::Data)?;
+            if without < base / 2.0 {
+                partners.push(lh);
+            }
+        }
+    }
+    others.retain(|(_, lh)| !partners.contains(lh));
+    // the control: as many heads outside the circuit (neither induction heads
+    // nor their partners), those least like its first half first (lowest
+    // previous-token score: layer 0's previous-token heads often share the work,
+    // so that ablating one alone does not halve the induction score, yet
+    // ablating several does); fewer when the model has fewer such heads
+    others
+        .sort_by(|a, b| fin.prev_token[a.1 .0][a.1 .1].total_cmp(&fin.prev_token[b.1 .0][b.1 .1]));
+    let control: Vec<(usize, usize)> = others.iter().take(heads.len()).map(|x| x.1).collect();
+    Ok(Circuit {
+        heads,
+        partners,
+        control,
     })
 }

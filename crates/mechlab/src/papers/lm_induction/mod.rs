@@ -111,6 +111,14 @@ impl Paper for LmInduction {
             ReproduceItem::new("lm-induction-repeated-1l", &[]),
         ]
     }
+    fn intervene(
+        &self,
+        cfg: &LmConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
+    }
     fn load(
         &self,
         cfg: &LmConfig,
@@ -143,6 +151,23 @@ fn heldout(cfg: &LmConfig, data: &Data) -> Vec<u32> {
     }
 }
 
+/// The run's fixed evaluation sets (its Sample streams) and their workspaces.
+pub(crate) fn probe_for<T: Float>(cfg: &LmConfig, data: &Data, model: &Gpt<T>) -> Probe<T> {
+    let rep = data::repeated_set(
+        cfg.probe.n_eval,
+        cfg.probe.rep_len,
+        data.vocab(),
+        &mut substream(cfg.seed, Stream::Sample, 2),
+    );
+    Probe::new(
+        model,
+        &heldout(cfg, data),
+        rep,
+        cfg.data.seq_len,
+        &cfg.probe,
+    )
+}
+
 /// Probe keys of an [`probes::Eval`].
 fn eval_record(e: &probes::Eval) -> Vec<(String, f64)> {
     let mut rec = vec![
@@ -169,13 +194,7 @@ fn run_typed<T: Float>(cfg: &LmConfig, ctx: &mut RunCtx) -> Result<Summary, Expe
     let (v, t) = (data.vocab(), cfg.data.seq_len);
     let model =
         Gpt::<T>::new(&cfg.model.gpt(t, v), &mut stream(seed, Stream::Init)).map_err(bad)?;
-    let rep = data::repeated_set(
-        cfg.probe.n_eval,
-        cfg.probe.rep_len,
-        v,
-        &mut substream(seed, Stream::Sample, 2),
-    );
-    let mut probe = Probe::new(&model, &heldout(cfg, &data), rep, t, &cfg.probe);
+    let mut probe = probe_for(cfg, &data, &model);
     let init = probe.evaluate(&model);
     let ws = Workspace::new(&model, cfg.data.batch, t);
     let mut task = Task {
