@@ -29,6 +29,7 @@
 //! | [`layers::rpe`] | relative-position bias from a `[H, n_dist]` table, per-head windows |
 //! | [`layers::dropout`] | inverted dropout `y = x ⊙ m`, masks keyed by (step, item) |
 //! | [`layers::layernorm`] | layer norm over the last dim, saves mean / rstd |
+//! | [`layers::gelu`] | GELU (GPT-2's tanh form, computed as `x·σ(2u)`) |
 //! | [`layers::l2norm`] | `y = x / max(‖x‖, eps)` per row, or `x / (‖x‖ + eps)` |
 //! | [`layers::polykernel`] | `Π_c ReLU(⟨zq^c, zk_t^c⟩)^δ_c` features, subset enumeration |
 //! | [`layers::loss`] | logistic, cross-entropies (logits, probabilities with a floor, probs-as-logits), MSE |
@@ -45,6 +46,10 @@
 //! The models in the `mechlab` crate call these layers directly, or keep a fused
 //! kernel for speed that a test there checks against a chain of these layers (loss
 //! and every gradient to 1e-10): `tests/{induction,selection,topic}_reference.rs`.
+//!
+//! [`gpt`] is a general small causal transformer assembled from these layers
+//! (TransformerLens names and hooks, forward and backward, gradient-checked): the
+//! model a paper trains when it needs no fused kernel of its own.
 //!
 //! [`bert`] is inference only: a pretrained BERT-family encoder loaded from a Hugging
 //! Face folder, built from these layers, its activations behind [`hooks`].
