@@ -76,6 +76,18 @@ pub fn restore(state: &RngState) -> Result<ChaCha8Rng, String> {
     Ok(rng)
 }
 
+/// [`save`] as the JSON a model's `Trainable::save_state` returns.
+pub fn save_json(rng: &ChaCha8Rng) -> serde_json::Value {
+    serde_json::to_value(save(rng)).unwrap_or(serde_json::Value::Null)
+}
+
+/// Restores a stream from what [`save_json`] returned (a resume's data stream).
+pub fn restore_json(state: &serde_json::Value) -> Result<ChaCha8Rng, String> {
+    let st: RngState =
+        serde_json::from_value(state.clone()).map_err(|e| format!("data stream state: {e}"))?;
+    restore(&st)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

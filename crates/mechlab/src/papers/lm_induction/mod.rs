@@ -60,12 +60,10 @@ impl<T: Float> Trainable<T> for Task<T> {
         T::of(self.model.train_step(&mut self.ws, &self.buf))
     }
     fn save_state(&self) -> serde_json::Value {
-        serde_json::to_value(rng::save(&self.rng)).unwrap_or(serde_json::Value::Null)
+        rng::save_json(&self.rng)
     }
     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
-        let st: rng::RngState =
-            serde_json::from_value(state.clone()).map_err(|e| format!("data stream state: {e}"))?;
-        self.rng = rng::restore(&st)?;
+        self.rng = rng::restore_json(state)?;
         Ok(())
     }
 }

@@ -177,12 +177,10 @@ impl<T: Float, M: IclModel<T>> Trainable<T> for Task<T, M> {
         loss
     }
     fn save_state(&self) -> serde_json::Value {
-        serde_json::to_value(rng::save(&self.rng)).unwrap_or(serde_json::Value::Null)
+        rng::save_json(&self.rng)
     }
     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
-        let st: rng::RngState =
-            serde_json::from_value(state.clone()).map_err(|e| format!("data stream state: {e}"))?;
-        self.rng = rng::restore(&st)?;
+        self.rng = rng::restore_json(state)?;
         Ok(())
     }
 }
