@@ -57,6 +57,40 @@ fn two<T>(g: &mut [Vec<T>], a: usize, b: usize) -> (&mut [T], &mut [T]) {
     }
 }
 
+/// `dx += ` the input gradient of an optional LayerNorm (its parameters' indices
+/// and saved `mean`, `rstd`; `None`: the identity), and its `dγ`, `dβ` into `g`.
+#[allow(clippy::too_many_arguments)]
+fn norm_backward<T: Float>(
+    m: &Gpt<T>,
+    g: &mut [Vec<T>],
+    ln: Option<(usize, usize, &[T], &[T])>,
+    dx: &mut [T],
+    dy: &[T],
+    x: &[T],
+    rows: usize,
+    d: usize,
+) {
+    // dy, x: [rows, D], mean/rstd: [rows] -> dx: [rows, D] (+=)
+    match ln {
+        Some((w, b, mean, rstd)) => {
+            let (gw, gb) = two(g, w, b);
+            layernorm::backward(
+                dx,
+                Some(gw),
+                Some(gb),
+                dy,
+                x,
+                mean,
+                rstd,
+                m.value(w),
+                rows,
+                d,
+            );
+        }
+        None => dx.iter_mut().zip(dy).for_each(|(a, &b)| *a += b),
+    }
+}
+
 fn zero<T: Float>(x: &mut [T]) {
     x.iter_mut().for_each(|v| *v = T::zero());
 }
@@ -520,24 +554,10 @@ impl<T: Float> Work<T> {
             v,
         );
         zero(dres);
-        match ix.ln_f {
-            Some((w, b)) => {
-                let (gw, gb) = two(g, w, b);
-                layernorm::backward(
-                    dres,
-                    Some(gw),
-                    Some(gb),
-                    dh_,
-                    last,
-                    &self.meanf[..rows],
-                    &self.rstdf[..rows],
-                    m.value(w),
-                    rows,
-                    d,
-                );
-            }
-            None => dres.iter_mut().zip(dh_.iter()).for_each(|(a, &b)| *a += b),
-        }
+        let stats = ix
+            .ln_f
+            .map(|(w, b)| (w, b, &self.meanf[..rows], &self.rstdf[..rows]));
+        norm_backward(m, g, stats, dres, dh_, last, rows, d);
         let attn = Attention::new(nh, t, t, dh, dh).with_causal(true);
         let pat_len = nh * t * t;
         for (l, bi) in ix.blocks.iter().enumerate().rev() {
@@ -569,24 +589,10 @@ impl<T: Float> Work<T> {
                 zero(dh_);
                 let (gw, gb) = two(g, wi, bi_);
                 linear::backward(Some(dh_), gw, Some(gb), dpre, h2, m.value(wi), rows, d, dm);
-                match bi.ln2 {
-                    Some((w, b)) => {
-                        let (gw, gb) = two(g, w, b);
-                        layernorm::backward(
-                            dres,
-                            Some(gw),
-                            Some(gb),
-                            dh_,
-                            mid,
-                            &self.mean2[l][..rows],
-                            &self.rstd2[l][..rows],
-                            m.value(w),
-                            rows,
-                            d,
-                        );
-                    }
-                    None => dres.iter_mut().zip(dh_.iter()).for_each(|(a, &b)| *a += b),
-                }
+                let stats = bi
+                    .ln2
+                    .map(|(w, b)| (w, b, &self.mean2[l][..rows], &self.rstd2[l][..rows]));
+                norm_backward(m, g, stats, dres, dh_, mid, rows, d);
             }
             // dres: dL/d resid_mid (= d attn_out)
             let dz = &mut self.dz[..nhd];
@@ -661,24 +667,10 @@ impl<T: Float> Work<T> {
                     hd,
                 );
             }
-            match bi.ln1 {
-                Some((w, b)) => {
-                    let (gw, gb) = two(g, w, b);
-                    layernorm::backward(
-                        dres,
-                        Some(gw),
-                        Some(gb),
-                        dh_,
-                        r_in,
-                        &self.mean1[l][..rows],
-                        &self.rstd1[l][..rows],
-                        m.value(w),
-                        rows,
-                        d,
-                    );
-                }
-                None => dres.iter_mut().zip(dh_.iter()).for_each(|(a, &b)| *a += b),
-            }
+            let stats = bi
+                .ln1
+                .map(|(w, b)| (w, b, &self.mean1[l][..rows], &self.rstd1[l][..rows]));
+            norm_backward(m, g, stats, dres, dh_, r_in, rows, d);
             // dres: dL/d resid_pre of layer l
         }
         embedding::backward(&mut g[ix.w_e], &self.ids[..rows], dres, d);
