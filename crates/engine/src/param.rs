@@ -67,6 +67,12 @@ impl<T: Float> Param<T> {
     pub fn group(&self) -> &str {
         &self.group
     }
+    /// Moves the parameter to another group: how a paper freezes single matrices
+    /// of a model whose constructor groups them by layer (train only the groups
+    /// its stages name).
+    pub fn set_group(&mut self, group: &str) {
+        self.group = group.to_string();
+    }
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }

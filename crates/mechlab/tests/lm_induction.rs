@@ -4,44 +4,19 @@
 //! trained the same way (the control that breaks the mechanism) forms none; the
 //! text corpus loads as bytes with errors naming the key; runs are deterministic.
 
+mod support;
+
 use mechlab::papers::lm_induction::config::DataConfig;
 use mechlab::papers::lm_induction::data::Corpus;
 use mechlab::run::summary::Summary;
+use support::verdict;
 
 fn run_preset(name: &str, overrides: &[&str]) -> Summary {
     run_kept(name, &[&["run.checkpoints=false"], overrides].concat()).0
 }
 
-/// A run whose folder is kept (with its checkpoints) for the caller.
 fn run_kept(name: &str, overrides: &[&str]) -> (Summary, tempfile::TempDir) {
-    let reg = mechlab::papers::registry();
-    let exp = reg.find("lm-induction").expect("registered");
-    let mut table = exp.default_config();
-    let preset = reg.find_preset(name).unwrap();
-    mechlab::config::overlay(
-        &mut table,
-        &mechlab::config::parse(preset.text, "preset").unwrap(),
-        "preset",
-    )
-    .unwrap();
-    for o in overrides {
-        mechlab::config::apply_override(&mut table, o).unwrap();
-    }
-    let prepared = exp.prepare(&table, "test").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut ctx =
-        mechlab::run::RunCtx::create(&dir.path().join("run"), table, "test", true).unwrap();
-    let summary = prepared.run(&mut ctx).unwrap();
-    ctx.finish(&summary).unwrap();
-    (summary, dir)
-}
-
-fn verdict(s: &Summary, id: &str) -> bool {
-    s.verdicts
-        .iter()
-        .find(|v| v.id == id)
-        .unwrap_or_else(|| panic!("no verdict {id}"))
-        .pass
+    support::run_kept("lm-induction", name, overrides)
 }
 
 #[test]

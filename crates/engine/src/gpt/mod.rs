@@ -241,12 +241,38 @@ impl<T: Float> Gpt<T> {
     /// mean next-token cross-entropy over the `B·T` positions and adds its
     /// gradient to every parameter's `grad` (zero them first).
     pub fn train_step(&mut self, ws: &mut Workspace<T>, tokens: &[u32]) -> f64 {
+        self.train_step_masked(ws, tokens, None)
+    }
+
+    /// [`Gpt::train_step`] with the loss taken only where `mask` (`[B, T]`, one
+    /// flag per target) is true: the mean over the selected positions, PyTorch's
+    /// `F.cross_entropy(logits[mask], y[mask])`. Returns 0 and adds nothing when
+    /// no position is selected.
+    pub fn train_step_masked(
+        &mut self,
+        ws: &mut Workspace<T>,
+        tokens: &[u32],
+        mask: Option<&[bool]>,
+    ) -> f64 {
         let (b, t) = (ws.batch, ws.t);
         assert_eq!(tokens.len(), b * (t + 1), "gpt: tokens are not [B, T + 1]");
-        let scale = 1.0 / (b * t) as f64;
+        let count = match mask {
+            Some(m) => {
+                assert_eq!(m.len(), b * t, "gpt: mask is not [B, T]");
+                m.iter().filter(|&&x| x).count()
+            }
+            None => b * t,
+        };
+        if count == 0 {
+            return 0.0;
+        }
+        let scale = 1.0 / count as f64;
         let model = &*self;
         for_each_chunk(b, &mut ws.chunks, |_, items, w| {
-            w.load(tokens, items, t + 1, true);
+            w.load(tokens, items.clone(), t + 1, true);
+            if let Some(m) = mask {
+                w.mask_labels(m, items);
+            }
             w.forward(model, &mut None)
                 .expect("a forward without a visitor cannot fail");
             w.loss_and_dlogits(scale);

@@ -244,6 +244,19 @@ impl<T: Float> Work<T> {
         }
     }
 
+    /// Drops the labels of the loaded sequences `items` where `mask` (`[B, T]`)
+    /// is false: those rows add no loss and no gradient.
+    pub(crate) fn mask_labels(&mut self, mask: &[bool], items: Range<usize>) {
+        let t = self.t;
+        for (s, b) in items.enumerate() {
+            for p in 0..t {
+                if !mask[b * t + p] {
+                    self.labels[s * t + p] = None;
+                }
+            }
+        }
+    }
+
     /// Loads inputs `[B, T]` and optional targets `[B, T]` for `items`.
     pub(crate) fn load_pair(
         &mut self,

@@ -6,6 +6,7 @@
 //! measurements of its mechanism). [`builtin`] lists them for the registry.
 
 pub mod attention_svm;
+pub mod birth;
 pub mod induction;
 pub mod lm_induction;
 pub mod markov_icl;
@@ -26,4 +27,5 @@ pub fn registry() -> Registry {
         .with(&topic_bert::TopicBert)
         .with(&attention_svm::AttentionSvm)
         .with(&lm_induction::LmInduction)
+        .with(&birth::Birth)
 }

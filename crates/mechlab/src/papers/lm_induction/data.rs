@@ -42,7 +42,7 @@ pub struct Corpus {
 }
 
 /// The articles of a WikiText file, each as title, newline, text, blank line.
-fn read_docs(rel: &str, key: &str) -> Result<Vec<String>, String> {
+pub(crate) fn read_docs(rel: &str, key: &str) -> Result<Vec<String>, String> {
     let path = data_path(rel).map_err(|e| format!("{key} = {rel:?}: {e}"))?;
     let arts = load_wikitext2(&path).map_err(|e| format!("{key} = {rel:?}: {e}"))?;
     Ok(arts

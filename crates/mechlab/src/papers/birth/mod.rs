@@ -1,0 +1,187 @@
+//! Bietti et al.'s synthetic bridge from theory to language models: "Birth of
+//! a Transformer: A Memory Viewpoint" (Bietti, Cabannes, Bouchacourt, Jégou,
+//! Bottou; NeurIPS 2023), on the engine's general causal transformer.
+//!
+//! Sequences follow a character-level bigram model of a real text, except that
+//! each of `K` fixed trigger tokens is followed, within a sequence, by an
+//! output drawn for that sequence ([`data`]). Predicting an output from the
+//! trigger's second occurrence on needs the context: an induction head. The
+//! authors' simplified two-layer transformer ([`model`]: `W_Q = I`, random
+//! frozen embeddings, positions, unembedding and value maps; trained: both
+//! `W_K` and the last `W_O`) learns it with SGD on the loss of those outputs
+//! only, and their memory-recall probes ([`probes`]) read the three
+//! associative memories it stores (`W_O²` token → itself, `W_K²` trigger →
+//! its previous-token copy, `W_K¹` position → the next position). The
+//! one-layer preset is the control: one layer cannot form the head.
+//!
+//! ```
+//! let cfg = mechlab::papers::birth::BirthConfig::default();
+//! assert_eq!((cfg.data.k, cfg.model.n_layers, cfg.train.lr), (5, 2, 0.03));
+//! ```
+
+pub mod config;
+pub mod data;
+pub mod model;
+pub mod probes;
+mod report;
+mod verdicts;
+
+use crate::analysis::{restore, LoadError, Model, RunDir};
+use crate::config::presets::Preset;
+use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
+use crate::rng::{self, stream, substream, Stream};
+use crate::run::summary::Summary;
+use crate::run::{RunCtx, RunError};
+use crate::train::{fit, Trainable};
+pub use config::BirthConfig;
+use data::Bigrams;
+use mechlab_engine::gpt::{Gpt, Workspace};
+use mechlab_engine::{Float, Parameters};
+use probes::Probe;
+use rand_chacha::ChaCha8Rng;
+
+/// The model with its stream of fresh sequences: what the trainer trains.
+pub struct Task<T: Float> {
+    pub model: Gpt<T>,
+    ws: Workspace<T>,
+    pub data: Bigrams,
+    rng: ChaCha8Rng,
+    /// The step's sequences `[B, T + 1]`, trigger occurrences `[B, T]`, the
+    /// loss mask (occurrence ≥ 2) and the per-sequence outputs, reused.
+    buf: Vec<u32>,
+    occ: Vec<u32>,
+    mask: Vec<bool>,
+    outs: Vec<(u32, u32)>,
+}
+
+impl<T: Float> Parameters<T> for Task<T> {
+    mechlab_engine::parameters!(T; model);
+}
+
+impl<T: Float> Trainable<T> for Task<T> {
+    fn train_step(&mut self, _step: u64) -> T {
+        self.data
+            .batch(&mut self.buf, &mut self.occ, &mut self.outs, &mut self.rng);
+        for (m, &o) in self.mask.iter_mut().zip(&self.occ) {
+            *m = o >= 2;
+        }
+        T::of(
+            self.model
+                .train_step_masked(&mut self.ws, &self.buf, Some(&self.mask)),
+        )
+    }
+    fn save_state(&self) -> serde_json::Value {
+        rng::save_json(&self.rng)
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        self.rng = rng::restore_json(state)?;
+        Ok(())
+    }
+}
+
+/// The registered experiment.
+pub struct Birth;
+
+pub const PRESETS: &[Preset] = &[crate::preset!("birth-2l"), crate::preset!("birth-1l")];
+
+impl Paper for Birth {
+    type Config = BirthConfig;
+    fn name(&self) -> &'static str {
+        "birth"
+    }
+    fn citation(&self) -> &'static str {
+        "Bietti, Cabannes, Bouchacourt, Jégou, Bottou (2023). Birth of a Transformer: A Memory Viewpoint. NeurIPS 2023, arXiv:2306.00802"
+    }
+    fn presets(&self) -> &'static [Preset] {
+        PRESETS
+    }
+    fn validate(&self, cfg: &BirthConfig) -> Result<(), String> {
+        config::check(cfg)
+    }
+    fn data_key(&self) -> Option<&'static str> {
+        Some("data.file")
+    }
+    fn run(&self, cfg: &BirthConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        match cfg.model.dtype {
+            Dtype::F32 => run_typed::<f32>(cfg, ctx),
+            Dtype::F64 => run_typed::<f64>(cfg, ctx),
+            Dtype::F64x2 => Err(bad("model.dtype = \"f64x2\" is not supported here".into())),
+        }
+    }
+    fn reproduce(&self) -> Vec<ReproduceItem> {
+        vec![
+            ReproduceItem::new("birth-2l", &[]),
+            ReproduceItem::new("birth-1l", &[]),
+        ]
+    }
+    fn load(&self, cfg: &BirthConfig, run: &RunDir, step: Option<u64>) -> Result<Model, LoadError> {
+        config::check(cfg).map_err(|r| run.unsupported(r))?;
+        if cfg.model.dtype.analysis_f32(run)? {
+            load_typed::<f32>(cfg, run, step)
+        } else {
+            load_typed::<f64>(cfg, run, step)
+        }
+    }
+}
+
+/// The run's transformer with the checkpoint's weights (the vocabulary size
+/// from its `embed.W_E`, so no text is read), every TransformerLens hook point.
+fn load_typed<T: Float>(
+    cfg: &BirthConfig,
+    run: &RunDir,
+    step: Option<u64>,
+) -> Result<Model, LoadError> {
+    let loaded = run.read::<T>(step)?;
+    let v = crate::analysis::first_axis(&loaded, "embed.W_E")?;
+    let m = model::build::<T>(cfg, v, &mut stream(cfg.seed, Stream::Init))
+        .map_err(|r| run.unsupported(r))?;
+    restore(m, &loaded)
+}
+
+fn bad(msg: String) -> ExperimentError {
+    ExperimentError::Data(msg)
+}
+
+/// The fixed evaluation sequences (the seed's Sample stream).
+fn probe_for<T: Float>(cfg: &BirthConfig, data: &Bigrams, m: &Gpt<T>) -> Probe<T> {
+    let (n, t) = (cfg.probe.n_eval, cfg.data.seq_len);
+    let (mut tokens, mut occ) = (vec![0; n * (t + 1)], vec![0; n * t]);
+    let mut outs = vec![(0, 0); data.triggers.len()];
+    data.batch(
+        &mut tokens,
+        &mut occ,
+        &mut outs,
+        &mut substream(cfg.seed, Stream::Sample, 1),
+    );
+    Probe::new(m, &tokens, occ, n, t)
+}
+
+fn run_typed<T: Float>(cfg: &BirthConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+    let data = Bigrams::load(&cfg.data.file, cfg.data.k).map_err(bad)?;
+    ctx.artifact("bigram.json", &data.json())?;
+    let (b, t) = (cfg.data.batch, cfg.data.seq_len);
+    let model =
+        model::build::<T>(cfg, data.vocab(), &mut stream(cfg.seed, Stream::Init)).map_err(bad)?;
+    let mut probe = probe_for(cfg, &data, &model);
+    let init = probe.evaluate(&model, &data);
+    let mut task = Task {
+        ws: Workspace::new(&model, b, t),
+        model,
+        buf: vec![0; b * (t + 1)],
+        occ: vec![0; b * t],
+        mask: vec![false; b * t],
+        outs: vec![(0, 0); data.triggers.len()],
+        data,
+        rng: stream(cfg.seed, Stream::Data),
+    };
+    let mut probe_fn = |tk: &mut Task<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
+        let e = probe.evaluate(&tk.model, &tk.data);
+        ctx.log("probe", step, &e.record())
+    };
+    let fitted = fit(&mut task, &cfg.train, ctx, &mut probe_fn)?;
+    let fin = probe.evaluate(&task.model, &task.data);
+    let m = report::measured(ctx, init, fin, fitted.final_loss)?;
+    report::figures(cfg, ctx, &task, &mut probe, &m)?;
+    report::notes(cfg, ctx, &task, &m)?;
+    Ok(verdicts::summary(cfg, &m))
+}

@@ -1,0 +1,37 @@
+//! Helpers the integration tests share: a preset run in a temporary folder.
+
+use mechlab::run::summary::Summary;
+
+/// Runs `preset` of `paper` with `overrides` (`key=value`) in a temporary run
+/// folder, which is returned with the summary so the caller can read it.
+pub fn run_kept(paper: &str, preset: &str, overrides: &[&str]) -> (Summary, tempfile::TempDir) {
+    let reg = mechlab::papers::registry();
+    let exp = reg.find(paper).expect("registered");
+    let mut table = exp.default_config();
+    let p = reg.find_preset(preset).unwrap();
+    mechlab::config::overlay(
+        &mut table,
+        &mechlab::config::parse(p.text, "preset").unwrap(),
+        "preset",
+    )
+    .unwrap();
+    for o in overrides {
+        mechlab::config::apply_override(&mut table, o).unwrap();
+    }
+    let prepared = exp.prepare(&table, "test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut ctx =
+        mechlab::run::RunCtx::create(&dir.path().join("run"), table, "test", true).unwrap();
+    let summary = prepared.run(&mut ctx).unwrap();
+    ctx.finish(&summary).unwrap();
+    (summary, dir)
+}
+
+/// Whether verdict `id` of `s` passed (panics if the run has no such verdict).
+pub fn verdict(s: &Summary, id: &str) -> bool {
+    s.verdicts
+        .iter()
+        .find(|v| v.id == id)
+        .unwrap_or_else(|| panic!("no verdict {id}"))
+        .pass
+}
