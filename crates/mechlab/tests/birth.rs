@@ -13,23 +13,52 @@ use support::{run_kept, verdict};
 
 /// A small size that forms the head in seconds: d 64, T 64, and the authors'
 /// code's default learning rate 0.2 (the preset uses their README's 0.03 at d 128).
-const SMALL: [&str; 5] = [
+const SMALL: [&str; 4] = [
     "model.d_model=64",
     "data.seq_len=64",
     "train.steps=800",
     "train.lr=0.2",
-    "run.checkpoints=false",
 ];
 
 #[test]
 fn two_layers_form_the_induction_head_and_one_layer_does_not() {
-    let (two, _) = run_kept("birth", "birth-2l", &SMALL);
+    let (two, dir) = run_kept("birth", "birth-2l", &SMALL);
     for v in &two.verdicts {
         assert!(v.pass, "{}: {}", v.id, v.measured);
     }
     let m = &two.metrics;
     assert!(m["acc2"] > 0.5 && m["wk1"] == 1.0, "{m:?}");
-    let (one, _) = run_kept("birth", "birth-1l", &SMALL);
+    // `mechlab intervene`: without layer 0's copy at the output tokens the
+    // second occurrence is lost; ablating as many other positions costs little
+    let v = mechlab::commands::intervene::run(
+        &mechlab::papers::registry(),
+        &dir.path().join("run"),
+        &mechlab::analysis::Request::default(),
+    )
+    .unwrap();
+    let e = &v["effects"][0];
+    let num = |k: &str| e[k].as_f64().unwrap();
+    assert_eq!(e["id"], "previous-token-copy");
+    assert!((num("clean") - m["acc2"]).abs() < 1e-12, "{e}");
+    assert!(num("intervened") < num("clean") / 2.0, "{e}");
+    assert!(num("control") > num("clean") - 0.1, "{e}");
+    // the run loads for analysis with its hook points
+    let reg = mechlab::papers::registry();
+    let mut model = mechlab::inspect::load_model(&reg, &dir.path().join("run"), None).unwrap();
+    let batch = mechlab_engine::hooks::Batch::new((0..16).map(|i| i % 50).collect(), 1, 16);
+    let (y, cache) = model
+        .run_with_cache(&batch, &["blocks.1.attn.hook_pattern"])
+        .unwrap();
+    assert_eq!(y.shape, vec![1, 16, 125]);
+    assert_eq!(
+        cache["blocks.1.attn.hook_pattern"].shape,
+        vec![1, 1, 16, 16]
+    );
+    let (one, _) = run_kept(
+        "birth",
+        "birth-1l",
+        &[&SMALL[..], &["run.checkpoints=false"]].concat(),
+    );
     assert!(verdict(&one, "one-layer-fails"), "{:?}", one.verdicts);
     // the second occurrence separates the mechanisms: one layer only counts tokens
     assert!(one.metrics["acc2"] < m["acc2"] - 0.25, "{:?}", one.metrics);

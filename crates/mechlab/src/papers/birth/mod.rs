@@ -16,9 +16,10 @@
 //!
 //! ```
 //! let cfg = mechlab::papers::birth::BirthConfig::default();
-//! assert_eq!((cfg.data.k, cfg.model.n_layers, cfg.train.lr), (5, 2, 0.03));
+//! assert_eq!((cfg.data.k, cfg.model.n_layers, cfg.train.lr), (5, 2, 0.2));
 //! ```
 
+pub mod analysis;
 pub mod config;
 pub mod data;
 pub mod model;
@@ -26,7 +27,7 @@ pub mod probes;
 mod report;
 mod verdicts;
 
-use crate::analysis::{restore, LoadError, Model, RunDir};
+use crate::analysis::{LoadError, Model, RunDir};
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
 use crate::rng::{self, stream, substream, Stream};
@@ -82,7 +83,12 @@ impl<T: Float> Trainable<T> for Task<T> {
 /// The registered experiment.
 pub struct Birth;
 
-pub const PRESETS: &[Preset] = &[crate::preset!("birth-2l"), crate::preset!("birth-1l")];
+pub const PRESETS: &[Preset] = &[
+    crate::preset!("birth-2l"),
+    crate::preset!("birth-1l"),
+    crate::preset!("birth-2l-d128"),
+    crate::preset!("birth-1l-d128"),
+];
 
 impl Paper for Birth {
     type Config = BirthConfig;
@@ -115,27 +121,16 @@ impl Paper for Birth {
         ]
     }
     fn load(&self, cfg: &BirthConfig, run: &RunDir, step: Option<u64>) -> Result<Model, LoadError> {
-        config::check(cfg).map_err(|r| run.unsupported(r))?;
-        if cfg.model.dtype.analysis_f32(run)? {
-            load_typed::<f32>(cfg, run, step)
-        } else {
-            load_typed::<f64>(cfg, run, step)
-        }
+        analysis::load(cfg, run, step)
     }
-}
-
-/// The run's transformer with the checkpoint's weights (the vocabulary size
-/// from its `embed.W_E`, so no text is read), every TransformerLens hook point.
-fn load_typed<T: Float>(
-    cfg: &BirthConfig,
-    run: &RunDir,
-    step: Option<u64>,
-) -> Result<Model, LoadError> {
-    let loaded = run.read::<T>(step)?;
-    let v = crate::analysis::first_axis(&loaded, "embed.W_E")?;
-    let m = model::build::<T>(cfg, v, &mut stream(cfg.seed, Stream::Init))
-        .map_err(|r| run.unsupported(r))?;
-    restore(m, &loaded)
+    fn intervene(
+        &self,
+        cfg: &BirthConfig,
+        run: &RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
+    }
 }
 
 fn bad(msg: String) -> ExperimentError {
