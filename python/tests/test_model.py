@@ -140,3 +140,42 @@ def test_intervene_answers_the_papers_causal_question_with_its_control(tmp_path)
     # Induction's flags are refused by a paper with a fixed suite, naming the flag.
     with pytest.raises(mechlab.ConfigError, match="--patch"):
         r.intervene(patch=True)
+
+
+def test_the_general_transformer_loads_with_transformerlens_hooks(tmp_path):
+    # lm-induction's model: 2 layers of 4 heads (d_head 16) over 64 random tokens.
+    r = mechlab.run(
+        "lm-induction-repeated",
+        out=tmp_path / "lm",
+        overrides={"train.steps": 30, "run.probe_every": 10, "data.batch": 8},
+    )
+    m = r.model()
+    ids = np.tile(np.arange(16) % 64, (2, 1))
+    logits, cache = m.run_with_cache(
+        ids, ["blocks.1.attn.hook_pattern", "blocks.0.attn.hook_z", "blocks.1.hook_resid_post"]
+    )
+    assert logits.shape == (2, 16, 64)
+    pat = cache["blocks.1.attn.hook_pattern"]
+    assert pat.shape == (2, 4, 16, 16) and np.allclose(pat.sum(-1), 1.0)
+    assert np.all(np.triu(pat[0, 0], 1) == 0.0)  # causal
+    assert cache["blocks.0.attn.hook_z"].shape == (2, 16, 4, 16)
+    assert cache["blocks.1.hook_resid_post"].shape == (2, 16, 64)
+    ablated = m.run_with_hooks(ids, [mechlab.Hook("blocks.1.attn.hook_z", heads=[0, 1, 2, 3])])
+    assert not np.allclose(ablated, logits)
+
+
+def test_birth_runs_load_and_intervene(tmp_path):
+    # Bietti et al.'s simplified model: one head of width d per layer.
+    r = mechlab.run(
+        "birth-2l",
+        out=tmp_path / "birth",
+        overrides={"train.steps": 30, "run.probe_every": 10, "data.seq_len": 32, "model.d_model": 32},
+    )
+    m = r.model()
+    ids = np.arange(32)[None, :] % 100
+    logits, cache = m.run_with_cache(ids, ["blocks.0.attn.hook_pattern"])
+    assert logits.shape == (1, 32, 125)  # the WikiText-2 test bytes that occur
+    assert cache["blocks.0.attn.hook_pattern"].shape == (1, 1, 32, 32)
+    out = r.intervene()
+    (e,) = out["effects"]
+    assert e["id"] == "previous-token-copy" and 0.0 <= e["clean"] <= 1.0
