@@ -106,6 +106,8 @@ pub struct Gpt<T: Float> {
     pub params: Vec<Param<T>>,
     pub(crate) ix: Ix,
     pub(crate) rpe: Option<Rpe>,
+    /// Per parameter: frozen, so the backward forms no gradient for it.
+    pub(crate) frozen: Vec<bool>,
 }
 
 impl<T: Float> Parameters<T> for Gpt<T> {
@@ -208,17 +210,19 @@ impl<T: Float> Gpt<T> {
             it.normal("unembed.W_U".into(), "unembed", &[v, d], w)
         };
         ix.b_u = it.fill("unembed.b_U".into(), "unembed", v, 0.0);
-        let params = it
+        let params: Vec<Param<T>> = it
             .params
             .into_iter()
             .map(|(n, g, s, val)| param(&n, &g, &s, val.into_iter().map(T::of).collect()))
             .collect();
         let rpe = rpe_on.then(|| Rpe::causal(cfg.n_heads, cfg.n_ctx - 1));
+        let frozen = vec![false; params.len()];
         Ok(Gpt {
             cfg: cfg.clone(),
             params,
             ix,
             rpe,
+            frozen,
         })
     }
 
@@ -230,6 +234,29 @@ impl<T: Float> Gpt<T> {
     /// Mutable access to the parameter called `name`.
     pub fn param_mut(&mut self, name: &str) -> Option<&mut Param<T>> {
         self.params.iter_mut().find(|p| p.name() == name)
+    }
+
+    /// Freezes (or unfreezes) the parameter called `name`: the backward then
+    /// forms no gradient for it (its `grad` stays zero), which saves the weight
+    /// products of frozen matrices (PyTorch's `requires_grad_(False)`). What an
+    /// optimiser updates is still decided by its groups. `Err` names an unknown
+    /// parameter.
+    pub fn set_frozen(&mut self, name: &str, frozen: bool) -> Result<(), String> {
+        let i = self
+            .params
+            .iter()
+            .position(|p| p.name() == name)
+            .ok_or_else(|| format!("the model has no parameter {name}"))?;
+        self.frozen[i] = frozen;
+        Ok(())
+    }
+
+    /// Whether the parameter called `name` is frozen (false if there is none).
+    pub fn is_frozen(&self, name: &str) -> bool {
+        self.params
+            .iter()
+            .position(|p| p.name() == name)
+            .is_some_and(|i| self.frozen[i])
     }
 
     pub(crate) fn value(&self, i: usize) -> &[T] {

@@ -168,6 +168,51 @@ fn gradcheck_masked_loss() {
     m.visit(&mut |p| assert!(p.grad().iter().all(|&g| g == 0.0)));
 }
 
+/// Freezing forms no gradient for the frozen parameters and leaves every other
+/// gradient bit-identical to the unfrozen model's.
+#[test]
+fn frozen_parameters_get_no_gradient_and_change_no_other() {
+    let cfg = tiny(
+        true,
+        Normalization::LN,
+        PositionalEmbedding::Standard,
+        false,
+    );
+    let (b, t) = (3, 5);
+    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(7)).unwrap();
+    perturb(&mut m, 8);
+    let tok = tokens(b, t + 1, cfg.d_vocab, 9);
+    let mut ws = Workspace::new(&m, b, t);
+    m.zero_grad();
+    m.train_step(&mut ws, &tok);
+    let full: Vec<Vec<f64>> = m.params.iter().map(|p| p.grad().to_vec()).collect();
+    let frozen = [
+        "embed.W_E",
+        "pos_embed.W_pos",
+        "blocks.0.attn.W_Q",
+        "blocks.0.attn.b_Q",
+        "blocks.1.attn.W_V",
+        "blocks.1.attn.b_V",
+        "blocks.1.mlp.W_in",
+        "blocks.1.mlp.b_in",
+        "unembed.W_U",
+        "unembed.b_U",
+    ];
+    for name in frozen {
+        m.set_frozen(name, true).unwrap();
+    }
+    assert!(m.set_frozen("blocks.9.attn.W_Q", true).is_err());
+    m.zero_grad();
+    m.train_step(&mut ws, &tok);
+    for (p, g) in m.params.iter().zip(&full) {
+        if frozen.contains(&p.name()) {
+            assert!(p.grad().iter().all(|&x| x == 0.0), "{}", p.name());
+        } else {
+            assert_eq!(p.grad(), &g[..], "{}", p.name());
+        }
+    }
+}
+
 /// `b_K` adds `q_i · b_K` to every logit of query `i`'s row, which the softmax
 /// ignores: its true gradient is exactly zero, so finite differences see only
 /// rounding (both are ~1e-12 there) and the check asks for that instead.

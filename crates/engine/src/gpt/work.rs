@@ -57,6 +57,30 @@ fn two<T>(g: &mut [Vec<T>], a: usize, b: usize) -> (&mut [T], &mut [T]) {
     }
 }
 
+/// A linear layer's backward into `g`: `dx += dy·W` when asked, and the
+/// weight and bias gradients unless both are frozen (then only `dx`).
+#[allow(clippy::too_many_arguments)]
+fn linear_backward<T: Float>(
+    m: &Gpt<T>,
+    g: &mut [Vec<T>],
+    dx: Option<&mut [T]>,
+    (w, b): (usize, usize),
+    dy: &[T],
+    x: &[T],
+    rows: usize,
+    d_in: usize,
+    d_out: usize,
+) {
+    if m.frozen[w] && m.frozen[b] {
+        if let Some(dx) = dx {
+            linear::backward_input(dx, dy, m.value(w), rows, d_in, d_out);
+        }
+        return;
+    }
+    let (gw, gb) = two(g, w, b);
+    linear::backward(dx, gw, Some(gb), dy, x, m.value(w), rows, d_in, d_out);
+}
+
 /// `dx += ` the input gradient of an optional LayerNorm (its parameters' indices
 /// and saved `mean`, `rstd`; `None`: the identity), and its `dγ`, `dβ` into `g`.
 #[allow(clippy::too_many_arguments)]
@@ -554,14 +578,13 @@ impl<T: Float> Work<T> {
             last
         };
         zero(dh_);
-        let (gw, gb) = two(g, ix.w_u, ix.b_u);
-        linear::backward(
+        linear_backward(
+            m,
+            g,
             Some(dh_),
-            gw,
-            Some(gb),
+            (ix.w_u, ix.b_u),
             &self.dlogits[..rows * v],
             hf,
-            m.value(ix.w_u),
             rows,
             d,
             v,
@@ -579,14 +602,13 @@ impl<T: Float> Work<T> {
                 let dm = c.d_mlp;
                 let (dpost, dpre) = (&mut self.dpost[..rows * dm], &mut self.dpre[..rows * dm]);
                 zero(dpost);
-                let (gw, gb) = two(g, wo, bo);
-                linear::backward(
+                linear_backward(
+                    m,
+                    g,
                     Some(dpost),
-                    gw,
-                    Some(gb),
+                    (wo, bo),
                     dres,
                     &self.post[l][..rows * dm],
-                    m.value(wo),
                     rows,
                     dm,
                     d,
@@ -600,8 +622,7 @@ impl<T: Float> Work<T> {
                     mid
                 };
                 zero(dh_);
-                let (gw, gb) = two(g, wi, bi_);
-                linear::backward(Some(dh_), gw, Some(gb), dpre, h2, m.value(wi), rows, d, dm);
+                linear_backward(m, g, Some(dh_), (wi, bi_), dpre, h2, rows, d, dm);
                 let stats = bi
                     .ln2
                     .map(|(w, b)| (w, b, &self.mean2[l][..rows], &self.rstd2[l][..rows]));
@@ -610,14 +631,13 @@ impl<T: Float> Work<T> {
             // dres: dL/d resid_mid (= d attn_out)
             let dz = &mut self.dz[..nhd];
             zero(dz);
-            let (gw, gb) = two(g, bi.w_o, bi.b_o);
-            linear::backward(
+            linear_backward(
+                m,
+                g,
                 Some(dz),
-                gw,
-                Some(gb),
+                (bi.w_o, bi.b_o),
                 dres,
                 &self.z[l][..nhd],
-                m.value(bi.w_o),
                 rows,
                 hd,
                 d,
@@ -667,18 +687,7 @@ impl<T: Float> Work<T> {
                 (&*dk, bi.w_k, bi.b_k),
                 (&*dv, bi.w_v, bi.b_v),
             ] {
-                let (gw, gb) = two(g, w, b);
-                linear::backward(
-                    Some(&mut *dh_),
-                    gw,
-                    Some(gb),
-                    dy,
-                    hin,
-                    m.value(w),
-                    rows,
-                    d,
-                    hd,
-                );
+                linear_backward(m, g, Some(&mut *dh_), (w, b), dy, hin, rows, d, hd);
             }
             let stats = bi
                 .ln1
@@ -686,8 +695,10 @@ impl<T: Float> Work<T> {
             norm_backward(m, g, stats, dres, dh_, r_in, rows, d);
             // dres: dL/d resid_pre of layer l
         }
-        embedding::backward(&mut g[ix.w_e], &self.ids[..rows], dres, d);
-        if let Some(wp) = ix.w_pos {
+        if !m.frozen[ix.w_e] {
+            embedding::backward(&mut g[ix.w_e], &self.ids[..rows], dres, d);
+        }
+        if let Some(wp) = ix.w_pos.filter(|&wp| !m.frozen[wp]) {
             let gp = &mut g[wp];
             for (r, row) in dres.chunks_exact(d).enumerate() {
                 let p = r % t;

@@ -74,6 +74,23 @@ pub fn backward<T: Float>(
     }
 }
 
+/// The input gradient alone, `dx += dy · W`: the backward of a layer whose
+/// weights are frozen (no `dW` is formed).
+pub fn backward_input<T: Float>(
+    dx: &mut [T],
+    dy: &[T],
+    w: &[T],
+    n: usize,
+    d_in: usize,
+    d_out: usize,
+) {
+    // dy: [N, out], w: [out, in] -> dx: [N, in] (+=)
+    assert_eq!(dy.len(), n * d_out, "linear: dy is not [N, out]");
+    assert_eq!(w.len(), d_out * d_in, "linear: W is not [out, in]");
+    assert_eq!(dx.len(), n * d_in, "linear: dx is not [N, in]");
+    matmul(dx, dy, Op::N, w, Op::N, n, d_out, d_in, true);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

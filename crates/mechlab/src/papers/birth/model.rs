@@ -12,7 +12,8 @@
 //!
 //! The trained matrices are `W_K` of both layers and `W_O` of the last: group
 //! [`TRAINED`]; everything else is group [`FROZEN`], which the default
-//! `train.groups` leaves out. The one-layer control trains its single layer as
+//! `train.groups` leaves out, and frozen in the model too, so the backward forms
+//! no gradient for it (as PyTorch skips tensors without `requires_grad`). The one-layer control trains its single layer as
 //! the two-layer model trains its last.
 
 use super::config::BirthConfig;
@@ -79,6 +80,11 @@ pub fn build<T: Float>(
         } else {
             FROZEN
         });
+    }
+    // the frozen matrices' gradients are never formed (their requires_grad_(False))
+    let names: Vec<String> = m.params.iter().map(|p| p.name().to_string()).collect();
+    for name in names.iter().filter(|n| !trained(n, g.n_layers)) {
+        m.set_frozen(name, true)?;
     }
     Ok(m)
 }
