@@ -30,13 +30,7 @@ fn two_layers_form_the_induction_head_and_one_layer_does_not() {
     assert!(m["acc2"] > 0.5 && m["wk1"] == 1.0, "{m:?}");
     // `mechlab intervene`: without layer 0's copy at the output tokens the
     // second occurrence is lost; ablating as many other positions costs little
-    let v = mechlab::commands::intervene::run(
-        &mechlab::papers::registry(),
-        &dir.path().join("run"),
-        &mechlab::analysis::Request::default(),
-    )
-    .unwrap();
-    let e = &v["effects"][0];
+    let e = &support::first_effect(&dir.path().join("run"));
     let num = |k: &str| e[k].as_f64().unwrap();
     assert_eq!(e["id"], "previous-token-copy");
     assert!((num("clean") - m["acc2"]).abs() < 1e-12, "{e}");

@@ -26,13 +26,7 @@ fn two_layers_form_induction_heads_and_one_layer_forms_none() {
         assert!(v.pass, "{}: {}", v.id, v.measured);
     }
     // `mechlab intervene` on the finished run asks the same causal question
-    let v = mechlab::commands::intervene::run(
-        &mechlab::papers::registry(),
-        &dir.path().join("run"),
-        &mechlab::analysis::Request::default(),
-    )
-    .unwrap();
-    let e = &v["effects"][0];
+    let e = &support::first_effect(&dir.path().join("run"));
     let num = |k: &str| e[k].as_f64().unwrap();
     assert_eq!(e["id"], "induction-heads");
     assert!(num("intervened") > num("clean") / 2.0, "{e}");

@@ -53,11 +53,17 @@ fn split(tok: &[u32], b: usize, t: usize) -> (Vec<u32>, Vec<u32>) {
     (x, y)
 }
 
+/// The test model of `cfg` (seed 7, perturbed) and a batch of 3 sequences of
+/// 5 + 1 tokens.
+fn model_and_batch(cfg: &GptConfig) -> (Gpt<f64>, Vec<u32>) {
+    let mut m = Gpt::<f64>::new(cfg, &mut ChaCha8Rng::seed_from_u64(7)).unwrap();
+    perturb(&mut m, 8);
+    (m, tokens(3, 6, cfg.d_vocab, 9))
+}
+
 fn gradcheck(cfg: GptConfig, what: &str) {
     let (b, t) = (3, 5);
-    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(7)).unwrap();
-    perturb(&mut m, 8);
-    let tok = tokens(b, t + 1, cfg.d_vocab, 9);
+    let (mut m, tok) = model_and_batch(&cfg);
     let (x, y) = split(&tok, b, t);
     let mut ws = Workspace::new(&m, b, t);
     let mut eval_ws = Workspace::new(&m, b, t);
@@ -124,9 +130,7 @@ fn gradcheck_masked_loss() {
         false,
     );
     let (b, t) = (3, 5);
-    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(7)).unwrap();
-    perturb(&mut m, 8);
-    let tok = tokens(b, t + 1, cfg.d_vocab, 9);
+    let (mut m, tok) = model_and_batch(&cfg);
     let (x, y) = split(&tok, b, t);
     let mask: Vec<bool> = (0..b * t).map(|i| i % 3 == 1 || i == 4).collect();
     let picked = mask.iter().filter(|&&k| k).count() as f64;
@@ -179,9 +183,7 @@ fn frozen_parameters_get_no_gradient_and_change_no_other() {
         false,
     );
     let (b, t) = (3, 5);
-    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(7)).unwrap();
-    perturb(&mut m, 8);
-    let tok = tokens(b, t + 1, cfg.d_vocab, 9);
+    let (mut m, tok) = model_and_batch(&cfg);
     let mut ws = Workspace::new(&m, b, t);
     m.zero_grad();
     m.train_step(&mut ws, &tok);

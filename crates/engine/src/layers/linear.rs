@@ -60,8 +60,7 @@ pub fn backward<T: Float>(
     assert_eq!(w.len(), d_out * d_in, "linear: W is not [out, in]");
     assert_eq!(dw.len(), d_out * d_in, "linear: dW is not [out, in]");
     if let Some(dx) = dx {
-        assert_eq!(dx.len(), n * d_in, "linear: dx is not [N, in]");
-        matmul(dx, dy, Op::N, w, Op::N, n, d_out, d_in, true);
+        backward_input(dx, dy, w, n, d_in, d_out);
     }
     matmul(dw, dy, Op::T, x, Op::N, d_out, n, d_in, true);
     if let Some(db) = db {

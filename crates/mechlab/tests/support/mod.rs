@@ -35,3 +35,15 @@ pub fn verdict(s: &Summary, id: &str) -> bool {
         .unwrap_or_else(|| panic!("no verdict {id}"))
         .pass
 }
+
+/// `mechlab intervene` on a finished run: its first effect (the paper's causal
+/// question with its control) as JSON.
+pub fn first_effect(run: &std::path::Path) -> serde_json::Value {
+    let v = mechlab::commands::intervene::run(
+        &mechlab::papers::registry(),
+        run,
+        &mechlab::analysis::Request::default(),
+    )
+    .unwrap();
+    v["effects"][0].clone()
+}
