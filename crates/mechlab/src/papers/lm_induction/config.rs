@@ -144,6 +144,23 @@ pub struct ProbeConfig {
     /// 0: the last position.
     pub icl_late: usize,
     pub icl_window: usize,
+    /// Which ids the repeated random sequences draw from (uniformly).
+    pub rep_tokens: RepTokens,
+}
+
+/// The ids of the induction probe's random sequences.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepTokens {
+    /// The ids that occur in the training split at least once per training
+    /// batch on average (count · batch · seq_len ≥ training tokens): an id rarer
+    /// than that has an embedding training has barely moved, and a head cannot
+    /// match what it cannot tell apart. Byte-level WikiText-2 numbers 205 bytes,
+    /// of which only about 80 are that frequent.
+    #[default]
+    Trained,
+    /// Every id of the vocabulary (TransformerLens's `induction_score`).
+    All,
 }
 
 impl Default for ProbeConfig {
@@ -154,6 +171,7 @@ impl Default for ProbeConfig {
             icl_early: 50,
             icl_late: 0,
             icl_window: 5,
+            rep_tokens: RepTokens::Trained,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! the `tokenizers` crate (a well-kept implementation of what GPT-2 uses; we
 //! write no tokenizer of our own), which every byte string encodes into.
 
-use super::config::{DataConfig, Source, Tokenizer};
+use super::config::{DataConfig, RepTokens, Source, Tokenizer};
 use mechlab_corpora::datadir::data_path;
 use mechlab_corpora::wikipedia::wikitext2::load_wikitext2;
 use rand::Rng;
@@ -222,6 +222,25 @@ impl Data {
     }
 }
 
+impl Data {
+    /// The ids the induction probe draws from under `rule` (batch of `batch`
+    /// windows of `len` tokens); every id for the repeated source.
+    pub fn probe_ids(&self, rule: RepTokens, batch: usize, len: usize) -> Vec<u32> {
+        let all = || (0..self.vocab() as u32).collect();
+        match (self, rule) {
+            (Data::Text { corpus, .. }, RepTokens::Trained) => {
+                let mut count = vec![0usize; corpus.vocab()];
+                corpus.train.iter().for_each(|&t| count[t as usize] += 1);
+                let n = corpus.train.len();
+                (0..count.len() as u32)
+                    .filter(|&t| count[t as usize] * batch * len >= n)
+                    .collect()
+            }
+            _ => all(),
+        }
+    }
+}
+
 /// A repeat period drawn uniformly from `len/4 ..= len/2`: a fixed period would
 /// let a head that looks a fixed distance back (absolute positions suffice)
 /// solve the repeats without matching any token, which is not induction.
@@ -239,12 +258,23 @@ pub fn repeated_row(row: &mut [u32], n: usize, vocab: usize, rng: &mut impl Rng)
     }
 }
 
-/// `n` repeated random sequences of `2·rep_len + 1` tokens (the last continues
-/// the repeat, so every input position has a target): `[n, 2·rep_len + 1]`.
-pub fn repeated_set(n: usize, rep_len: usize, vocab: usize, rng: &mut impl Rng) -> Vec<u32> {
+/// [`repeated_row`] over the ids `ids` (drawn uniformly).
+pub fn repeated_row_of(row: &mut [u32], n: usize, ids: &[u32], rng: &mut impl Rng) {
+    for i in 0..n.min(row.len()) {
+        row[i] = ids[rng.random_range(0..ids.len() as u32) as usize];
+    }
+    for i in n..row.len() {
+        row[i] = row[i - n];
+    }
+}
+
+/// `n` repeated random sequences of `2·rep_len + 1` tokens over `ids` (the
+/// last continues the repeat, so every input position has a target):
+/// `[n, 2·rep_len + 1]`.
+pub fn repeated_set(n: usize, rep_len: usize, ids: &[u32], rng: &mut impl Rng) -> Vec<u32> {
     let mut out = vec![0; n * (2 * rep_len + 1)];
     out.chunks_exact_mut(2 * rep_len + 1)
-        .for_each(|row| repeated_row(row, rep_len, vocab, rng));
+        .for_each(|row| repeated_row_of(row, rep_len, ids, rng));
     out
 }
 
@@ -257,4 +287,27 @@ pub fn heldout_set(heldout: &[u32], n: usize, len: usize) -> Vec<u32> {
         out.extend_from_slice(&heldout[s..s + len + 1]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_induction_probe_leaves_out_tokens_rarer_than_once_a_batch() {
+        // 1 001 training bytes, batches of 2 × 8 = 16 tokens: an id must occur
+        // at least 1001 / 16 ≈ 63 times; `z` occurs once.
+        let mut train = vec![b'a'; 500];
+        train.extend(vec![b'b'; 500]);
+        train.push(b'z');
+        let corpus = Corpus::bytes(&train, b"ab");
+        let data = Data::Text {
+            corpus,
+            repeat_frac: 0.0,
+        };
+        assert_eq!(data.probe_ids(RepTokens::Trained, 2, 8), vec![0, 1]);
+        assert_eq!(data.probe_ids(RepTokens::All, 2, 8), vec![0, 1, 2]);
+        let rep = Data::Repeated { vocab: 5 };
+        assert_eq!(rep.probe_ids(RepTokens::Trained, 2, 8), vec![0, 1, 2, 3, 4]);
+    }
 }

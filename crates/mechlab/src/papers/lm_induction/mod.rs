@@ -151,10 +151,11 @@ fn heldout(cfg: &LmConfig, data: &Data) -> Vec<u32> {
 
 /// The run's fixed evaluation sets (its Sample streams) and their workspaces.
 pub(crate) fn probe_for<T: Float>(cfg: &LmConfig, data: &Data, model: &Gpt<T>) -> Probe<T> {
+    let ids = data.probe_ids(cfg.probe.rep_tokens, cfg.data.batch, cfg.data.seq_len);
     let rep = data::repeated_set(
         cfg.probe.n_eval,
         cfg.probe.rep_len,
-        data.vocab(),
+        &ids,
         &mut substream(cfg.seed, Stream::Sample, 2),
     );
     Probe::new(

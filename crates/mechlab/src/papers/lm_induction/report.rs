@@ -103,10 +103,13 @@ pub fn figures<T: Float>(
     // every head on one short repeated sequence
     let rl = cfg.probe.rep_len.min(12);
     let mut seq = vec![0u32; 2 * rl];
-    data::repeated_row(
+    let ids = task
+        .data
+        .probe_ids(cfg.probe.rep_tokens, cfg.data.batch, cfg.data.seq_len);
+    data::repeated_row_of(
         &mut seq,
         rl,
-        task.model.cfg.d_vocab,
+        &ids,
         &mut crate::rng::substream(cfg.seed, crate::rng::Stream::Sample, 3),
     );
     let mut ws = Workspace::new(&task.model, 1, seq.len());
