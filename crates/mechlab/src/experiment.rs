@@ -12,7 +12,7 @@
 //! downstream crate adds), which [`crate::cli::main`] takes and passes to every
 //! command, so `run`, `resume`, `report`, `sweep`, `reproduce`, `inspect` and
 //! `intervene` work unchanged for a paper written elsewhere
-//! (`crates/mechlab/tests/plugin.rs` is the worked example). There is no
+//! (`crates/mechlab/tests/it/plugin.rs` is the worked example). There is no
 //! global registry: whatever needs one is handed it.
 //!
 //! ```

@@ -3,7 +3,7 @@
 //! paper ([`crate::experiment::Paper::load`]) for the model it trained at a
 //! checkpoint, as a [`HookedModel`](mechlab_engine::hooks::HookedModel) whose
 //! activations can be read (`run_with_cache`) and changed (`run_with_hooks`).
-//! A plug-in paper loads the same way (`crates/mechlab/tests/plugin.rs`).
+//! A plug-in paper loads the same way (`crates/mechlab/tests/it/plugin.rs`).
 //!
 //! The models are built without their training data: where a model's shape
 //! depends on data, the paper recovers it without reading the corpus:

@@ -24,7 +24,7 @@
 //! whose partials are summed in chunk order, so the result is bit-identical for any
 //! thread count. The losses are the engine's ([`loss`]); the layer-2 softmax and
 //! the mixing `ŷ = Σ_l p_l e_{x_l}` stay fused with the table lookups (the test
-//! `tests/induction_reference.rs` checks them against engine layers).
+//! `tests/it/induction_reference.rs` checks them against engine layers).
 
 // Index loops read like the equations here.
 #![allow(clippy::needless_range_loop)]

@@ -17,8 +17,7 @@ use mechlab_engine::Parameters;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-#[path = "support/viewer.rs"]
-mod viewer;
+use crate::support::viewer;
 use viewer::viewer_matches_activations;
 
 fn train(experiment: &str, preset: &str, overrides: &[&str], dir: &Path) -> PathBuf {

@@ -35,8 +35,7 @@ use mechlab_engine::precision::{assert_direction, MIN_COSINE};
 use mechlab_engine::{F64x2, Float, Parameters};
 use std::sync::Arc;
 
-#[path = "support/precision.rs"]
-mod support;
+use crate::support::precision as support;
 use support::{copy_params, tiny_docs, tiny_reviews};
 
 /// After one backward each, every nonzero reference gradient is matched in

@@ -2,7 +2,7 @@
 //! `Float` takes five plain GD steps in both precisions from the same point. Away
 //! from saturation both are exact to f64's rounding, so the losses agree to 1e-12
 //! and the parameters to 1e-10; a broken F64x2 operation or a model that is not
-//! really generic fails it. (`tests/saturation.rs` is the other half: the two
+//! really generic fails it. (`tests/it/saturation.rs` is the other half: the two
 //! parting ways, at saturation, only where f64 cancels.)
 
 use mechlab::papers::induction::data::{generate, MarkovSpec};
@@ -21,8 +21,7 @@ use mechlab::train::Trainable;
 use mechlab_engine::{F64x2, Float, Parameters};
 use std::sync::Arc;
 
-#[path = "support/precision.rs"]
-mod support;
+use crate::support::precision as support;
 use support::{copy_params, tiny_docs, tiny_reviews};
 
 /// `steps` steps of plain GD (lr 0.05) on the same model in f64 and in F64x2 from

@@ -5,8 +5,7 @@ use mechlab::inspect::load_model;
 use mechlab_engine::hooks::{Ablation, Batch, Hook};
 use std::path::Path;
 
-#[path = "support/cli.rs"]
-mod support;
+use crate::support::cli as support;
 use support::{mechlab, ok};
 
 const BASE: &str = "experiment = \"induction\"\n\

@@ -5,7 +5,7 @@
 //! breaks the mechanism) does not; the data follow the paper's rules; runs are
 //! deterministic; a bad text path names its key.
 
-mod support;
+use crate::support;
 
 use mechlab::papers::birth::data::Bigrams;
 use rand::SeedableRng;

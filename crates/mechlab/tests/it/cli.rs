@@ -3,8 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-#[path = "support/cli.rs"]
-mod support;
+use crate::support::cli as support;
 use support::{mechlab, ok};
 
 /// A failing command's stderr: one line, no panic, exit code 1.

@@ -6,8 +6,7 @@
 use safetensors::SafeTensors;
 use std::path::{Path, PathBuf};
 
-#[path = "support/cli.rs"]
-mod support;
+use crate::support::cli as support;
 use support::{mechlab, ok};
 
 fn model_dir() -> Option<PathBuf> {

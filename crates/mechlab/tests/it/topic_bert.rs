@@ -6,8 +6,7 @@
 use mechlab::run::RunCtx;
 use std::path::{Path, PathBuf};
 
-#[path = "support/viewer.rs"]
-mod viewer;
+use crate::support::viewer;
 use viewer::viewer_matches_activations;
 
 fn model_dir() -> PathBuf {

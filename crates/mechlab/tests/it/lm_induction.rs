@@ -4,7 +4,7 @@
 //! trained the same way (the control that breaks the mechanism) forms none; the
 //! text corpus loads as bytes with errors naming the key; runs are deterministic.
 
-mod support;
+use crate::support;
 
 use mechlab::papers::lm_induction::config::DataConfig;
 use mechlab::papers::lm_induction::data::Corpus;

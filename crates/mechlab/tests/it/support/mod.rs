@@ -1,4 +1,9 @@
-//! Helpers the integration tests share: a preset run in a temporary folder.
+//! Helpers the integration tests share: a preset run in a temporary folder, the
+//! `mechlab` binary, the f64 / double-double comparisons and the viewer check.
+
+pub mod cli;
+pub mod precision;
+pub mod viewer;
 
 use mechlab::run::summary::Summary;
 

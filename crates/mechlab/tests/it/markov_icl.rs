@@ -16,8 +16,7 @@ use mechlab::papers::markov_icl::IclModel;
 use mechlab::rng::{stream, Stream};
 use mechlab::run::summary::{Summary, Verdict};
 
-#[path = "support/viewer.rs"]
-mod viewer;
+use crate::support::viewer;
 use viewer::viewer_matches_activations;
 
 fn run_short(overrides: &[&str]) -> Summary {
