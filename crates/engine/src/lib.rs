@@ -39,9 +39,11 @@
 //!
 //! Alongside: [`matmul`] (row-major `gemm`, including strided sub-matrices),
 //! [`gradcheck`] (finite-difference checks, also for model tests in other crates),
-//! [`precision`] (working precision against the double-double, at saturation) and
-//! [`parallel`] (fixed-chunk rayon helpers whose results do not depend on the thread
-//! count, and the batching constants every model uses).
+//! [`precision`] (working precision against the double-double, at saturation),
+//! [`simd`] (vectorised `f32` exp, softmax row and GELU for inference, bit-identical
+//! on every instruction set) and [`parallel`] (fixed-chunk rayon helpers whose
+//! results do not depend on the thread count, and the batching constants every
+//! model uses).
 //!
 //! The models in the `mechlab` crate call these layers directly, or keep a fused
 //! kernel for speed that a test there checks against a chain of these layers (loss
@@ -83,6 +85,7 @@ pub mod matmul;
 pub mod parallel;
 pub mod param;
 pub mod precision;
+pub mod simd;
 pub mod text;
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! A chunk's sequences are stacked `[n·T, D]` for the row-wise layers (one `gemm`
 //! per weight matrix, packed once) and split for attention. At every [`Site`] the forward hands the sequence's activation to a tap,
 //! which may read it (the activation cache) or overwrite it (interventions); when
-//! a tap changes an attention pattern, `z` is recomputed from the changed pattern.
+//! a tap changes an attention pattern, `z` is computed from the changed pattern.
 //! Sequences do not interact; chunks hold a fixed number of sequences, so results
 //! do not depend on the thread count (a sequence run in another batch may differ
 //! by `f32` rounding, its rows sharing products of another height).
@@ -19,9 +19,9 @@
 //! ```
 
 use super::{BertConfig, BertError, BertWeights};
-use crate::layers::attention::{Attention, AttnExtras};
 use crate::layers::{embedding, layernorm, linear};
 use crate::matmul::{matmul_strided, Op};
+use crate::simd;
 use std::path::Path;
 
 /// One hook site: where in the forward pass an activation lives.
@@ -309,7 +309,6 @@ impl Bert {
         }
         layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &w.emb_ln_g, &w.emb_ln_b, r, d, eps);
         each(Site::FullEmbed, &mut ws.resid);
-        let attn = Attention::new(h, t, t, dh, dh);
         let (td, htt) = (t * d, h * t * t);
         for (l, lw) in w.layers.iter().enumerate() {
             each(Site::ResidPre(l), &mut ws.resid);
@@ -320,24 +319,21 @@ impl Bert {
             each(Site::K(l), &mut ws.k);
             linear::forward(&mut ws.v, &ws.resid, &lw.wv, Some(&lw.bv), r, d, d);
             each(Site::V(l), &mut ws.v);
-            // per sequence: pattern [H, T, T], z [T, H, d_head]
+            // per sequence: pattern [H, T, T]; z [T, H, d_head] from the pattern as
+            // the tap leaves it (an intervention on the pattern reaches z)
             for s in 0..n {
-                let extras = AttnExtras {
-                    key_mask: Some(&ws.key_mask[s * t..(s + 1) * t]),
-                    ..AttnExtras::default()
-                };
                 let rows = s * td..(s + 1) * td;
-                attn.forward(
-                    &mut ws.z[rows.clone()],
+                attention_pattern(
                     &mut ws.pattern[s * htt..(s + 1) * htt],
                     &ws.q[rows.clone()],
-                    &ws.k[rows.clone()],
-                    &ws.v[rows],
-                    &extras,
+                    &ws.k[rows],
+                    &ws.key_mask[s * t..(s + 1) * t],
+                    h,
+                    dh,
                 );
             }
-            let changed = each(Site::Pattern(l), &mut ws.pattern);
-            for (s, _) in changed.iter().enumerate().filter(|(_, c)| **c) {
+            each(Site::Pattern(l), &mut ws.pattern);
+            for s in 0..n {
                 let rows = s * td..(s + 1) * td;
                 pattern_times_values(
                     &mut ws.z[rows.clone()],
@@ -369,9 +365,7 @@ impl Bert {
             // pre, post: [n·T, d_mlp]
             linear::forward(&mut ws.pre, &ws.mid_norm, &lw.w_in, Some(&lw.b_in), r, d, m);
             each(Site::MlpPre(l), &mut ws.pre);
-            for (p, &x) in ws.post.iter_mut().zip(&ws.pre) {
-                *p = gelu(x);
-            }
+            simd::gelu_erf(&mut ws.post, &ws.pre);
             each(Site::MlpPost(l), &mut ws.post);
             linear::forward(
                 &mut ws.mlp_out,
@@ -415,6 +409,45 @@ pub fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf)
 }
 
+/// The attention pattern of one sequence, fused: per head the scores
+/// `q_h·k_hᵀ / √d_head` by one `gemm` straight into `pattern`, then the masked
+/// softmax of each row with [`simd::softmax_row`] (vectorised `exp`; padding keys
+/// get exactly 0). It computes what [`Attention::forward`]'s pattern does with the
+/// same key mask, up to the `exp` rounding (a test compares them).
+fn attention_pattern(
+    pattern: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    key_mask: &[bool],
+    h: usize,
+    dh: usize,
+) {
+    // q, k: [T, H, d_head], key_mask: [T] -> pattern: [H, T, T]
+    let t = key_mask.len();
+    let scale = (1.0 / (dh as f64).sqrt()) as f32;
+    for hd in 0..h {
+        let pat = &mut pattern[hd * t * t..(hd + 1) * t * t];
+        matmul_strided(
+            pat,
+            t,
+            &q[hd * dh..],
+            h * dh,
+            Op::N,
+            &k[hd * dh..],
+            h * dh,
+            Op::T,
+            t,
+            dh,
+            t,
+            false,
+        );
+        for row in pat.chunks_exact_mut(t) {
+            row.iter_mut().for_each(|x| *x *= scale);
+            simd::softmax_row(row, key_mask);
+        }
+    }
+}
+
 /// `z[:, h] = pattern[h] · v[:, h]` for every head, overwriting `z`.
 fn pattern_times_values(z: &mut [f32], pattern: &[f32], v: &[f32], h: usize, t: usize, dh: usize) {
     // pattern: [H, T, T], v: [T, H, d_head] -> z: [T, H, d_head]
@@ -440,6 +473,37 @@ fn pattern_times_values(z: &mut [f32], pattern: &[f32], v: &[f32], h: usize, t: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fused pattern against the engine's attention layer (the reference) on
+    /// padded sequences: equal up to `exp` rounding, padding keys exactly 0.
+    #[test]
+    fn fused_attention_pattern_matches_the_attention_layer() {
+        use crate::layers::attention::{Attention, AttnExtras};
+        let (h, t, dh) = (3, 11, 8);
+        let x = |i: usize, f: f32| ((i as f32) * f).sin() * 2.0;
+        let q: Vec<f32> = (0..t * h * dh).map(|i| x(i, 0.37)).collect();
+        let k: Vec<f32> = (0..t * h * dh).map(|i| x(i, 0.23)).collect();
+        let v: Vec<f32> = (0..t * h * dh).map(|i| x(i, 0.11)).collect();
+        let key_mask: Vec<bool> = (0..t).map(|j| j < 8).collect(); // 3 padding keys
+        let (mut pat, mut z) = (vec![0.0; h * t * t], vec![0.0; t * h * dh]);
+        attention_pattern(&mut pat, &q, &k, &key_mask, h, dh);
+        pattern_times_values(&mut z, &pat, &v, h, t, dh);
+        let (mut pat_ref, mut z_ref) = (vec![0.0; h * t * t], vec![0.0; t * h * dh]);
+        let ex = AttnExtras {
+            key_mask: Some(&key_mask),
+            ..AttnExtras::default()
+        };
+        Attention::new(h, t, t, dh, dh).forward(&mut z_ref, &mut pat_ref, &q, &k, &v, &ex);
+        for (i, (a, b)) in pat.iter().zip(&pat_ref).enumerate() {
+            assert!((a - b).abs() <= 1e-6, "pattern entry {i}: {a} vs {b}");
+            if !key_mask[i % t] {
+                assert_eq!(*a, 0.0);
+            }
+        }
+        for (a, b) in z.iter().zip(&z_ref) {
+            assert!((a - b).abs() <= 1e-5, "z: {a} vs {b}");
+        }
+    }
 
     #[test]
     fn gelu_matches_erf_in_f64() {
