@@ -3,16 +3,15 @@
 Reads OUT/activations.safetensors and OUT/meta.json written by the bench_bert
 example, runs BertModel (eager attention, float32) on the same token ids with the
 same padding masks, prints the largest absolute differences of the hidden states
-and attention probabilities (real query positions only), checks that the Hugging
-Face tokenizer gives mechlab's ids, and times BertModel on the preset's batches on
-2 threads. With --golden FILE it also writes the small golden file the Rust test
+and attention probabilities (real query positions only), and checks that the
+Hugging Face tokenizer gives mechlab's ids. Speed is speed.py's, interleaved with
+mechlab's passes by run.sh. With --golden FILE it also writes the small golden file the Rust test
 reads (reference activations from BertModel, not from mechlab).
 
 usage: python compare.py OUT [--golden FILE]
 """
 import json
 import sys
-import time
 
 import numpy as np
 import torch
@@ -61,22 +60,10 @@ for k in range(meta["n_batches"]):
         d = d.transpose(0, 2, 1, 3)[real]
         max_a[l] = max(max_a[l], d.max())
 
-# --- speed on the preset's text ---
-batches = [np.asarray(b["ids"], dtype=np.int64).reshape(b["batch"], b["seq_len"]) for b in meta["speed_batches"]]
-best = float("inf")
-for _ in range(3):
-    t0 = time.perf_counter()
-    for b in batches:
-        run(b, attentions=False)
-    best = min(best, time.perf_counter() - t0)
-tps = meta["speed_tokens"] / best
-
 print(f"sentences: {len(meta['texts'])}, tokenizer mismatches vs Hugging Face: {tok_mismatch}")
 print("max |hidden diff| per layer (0 = embeddings):", " ".join(f"{x:.2e}" for x in max_h))
 print("max |attention diff| per layer:             ", " ".join(f"{x:.2e}" for x in max_a))
 print(f"max |hidden diff| {max_h.max():.2e} (target < 1e-4), max |attention diff| {max_a.max():.2e} (target < 1e-5)")
-print(f"speed on {meta['speed_tokens']} tokens ({len(batches)} batches): mechlab {meta['mechlab_tokens_per_second']:.0f} tok/s "
-      f"({meta['threads']} threads), torch {torch.__version__} {tps:.0f} tok/s (2 threads): mechlab/torch = {meta['mechlab_tokens_per_second'] / tps:.2f}")
 ok = max_h.max() < 1e-4 and max_a.max() < 1e-5 and tok_mismatch == 0
 
 # --- golden file for the Rust test ---

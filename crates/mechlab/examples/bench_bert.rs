@@ -1,20 +1,77 @@
-//! Writes mechlab's BERT activations on Wikipedia first sentences, and times its
-//! forward pass on the `topic-bert` preset's text, for `bench/bert/compare.py`,
-//! which runs `transformers.BertModel` on the same token ids and compares.
+//! Writes mechlab's BERT activations on Wikipedia first sentences, and the
+//! `topic-bert` preset's text batched for the speed comparison, for
+//! `bench/bert/compare.py`, which runs `transformers.BertModel` on the same token
+//! ids and compares. With `--speed OUT_DIR` it times one forward pass over those
+//! batches (after one warm-up pass), so that `bench/bert/run.sh` can interleave it
+//! with PyTorch's passes.
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release --example bench_bert -- OUT_DIR [MODEL_DIR] [N_SENTENCES] [N_DOCS]`
+//! `RAYON_NUM_THREADS=2 cargo run --release --example bench_bert -- --speed OUT_DIR`
 
 use mechlab::papers::topic::WikiConfig;
 use mechlab::papers::topic_bert::{article_order, batches_by_length, pad_batch, BertModelConfig};
 use mechlab_corpora::wordpiece::PretrainedTokenizer;
-use mechlab_engine::bert::Bert;
-use mechlab_engine::hooks::HookedModel;
+use mechlab_engine::bert::{Bert, BertConfig};
+use mechlab_engine::hooks::{Batch, HookedModel};
+use mechlab_engine::matmul::{gemm_kernel, measured_peak_gflops};
 use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// FLOPs of the encoder's matrix products on `batch` sequences of `t` pieces
+/// (padding included: both implementations compute it): per layer the Q, K, V and
+/// output projections and the two MLP products, `2·rows·(4d² + 2·d·d_mlp)`, and the
+/// scores and the value mix, `2 · 2·batch·t²·d`. Layer norms, softmax and GELU
+/// are left out (they are not matrix products).
+fn encoder_flops(c: &BertConfig, batch: usize, t: usize) -> f64 {
+    let (rows, d, f) = ((batch * t) as f64, c.d_model as f64, c.d_mlp as f64);
+    let per_layer = 2.0 * rows * (4.0 * d * d + 2.0 * d * f) + 4.0 * (batch * t * t) as f64 * d;
+    c.n_layers as f64 * per_layer
+}
+
+/// `--speed OUT_DIR`: one warm-up and one timed pass over the batches in
+/// `OUT_DIR/meta.json`; prints `{"seconds": ..}` on stdout.
+fn speed(out: &Path) -> anyhow::Result<()> {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("meta.json"))?)?;
+    let model = meta["model"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("meta.json: no model"))?;
+    let mut bert = Bert::load(Path::new(model))?;
+    let batches = meta["speed_batches"]
+        .as_array()
+        .ok_or_else(|| anyhow::anyhow!("meta.json: no speed_batches"))?
+        .iter()
+        .map(|b| -> anyhow::Result<Batch> {
+            let ids: Vec<u32> = serde_json::from_value(b["ids"].clone())?;
+            let batch = b["batch"].as_u64().unwrap_or(0) as usize;
+            let t = b["seq_len"].as_u64().unwrap_or(0) as usize;
+            Ok(Batch::new(ids, batch, t))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut secs = 0.0;
+    for _ in 0..2 {
+        let t0 = Instant::now();
+        for b in &batches {
+            bert.run_with_cache(b, &[])?;
+        }
+        secs = t0.elapsed().as_secs_f64();
+    }
+    println!(
+        "{}",
+        serde_json::json!({"seconds": secs, "threads": rayon::current_num_threads()})
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--speed") {
+        let out = args
+            .get(2)
+            .ok_or_else(|| anyhow::anyhow!("usage: bench_bert --speed OUT_DIR"))?;
+        return speed(Path::new(out));
+    }
     let out = PathBuf::from(args.get(1).ok_or_else(|| {
         anyhow::anyhow!("usage: bench_bert OUT_DIR [MODEL_DIR] [N_SENTENCES] [N_DOCS]")
     })?);
@@ -115,14 +172,12 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let tokens: usize = dl.iter().sum();
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t0 = Instant::now();
-        for b in &speed {
-            bert.run_with_cache(b, &[])?;
-        }
-        best = best.min(t0.elapsed().as_secs_f64());
-    }
+    let flops: f64 = speed
+        .iter()
+        .map(|b| encoder_flops(&bert.config, b.batch, b.seq_len))
+        .sum();
+    let threads = rayon::current_num_threads();
+    let peak = measured_peak_gflops::<f32>(1024, threads, 8);
     let meta = serde_json::json!({
         "model": model,
         "texts": texts,
@@ -130,15 +185,17 @@ fn main() -> anyhow::Result<()> {
         "n_batches": batches.len(),
         "speed_batches": speed.iter().map(|b| serde_json::json!({"ids": b.tokens, "batch": b.batch, "seq_len": b.seq_len})).collect::<Vec<_>>(),
         "speed_tokens": tokens,
-        "mechlab_seconds": best,
-        "mechlab_tokens_per_second": tokens as f64 / best,
-        "threads": rayon::current_num_threads(),
+        "speed_flops": flops,
+        "peak_gflops": peak,
+        "gemm_kernel": gemm_kernel(),
+        "threads": threads,
     });
     std::fs::write(out.join("meta.json"), serde_json::to_string(&meta)?)?;
     println!(
-        "mechlab: {tokens} tokens in {best:.3} s ({:.0} tokens/s, {} threads)",
-        tokens as f64 / best,
-        rayon::current_num_threads()
+        "speed set: {tokens} tokens in {} batches, {:.2} GFLOP of matrix products; measured f32 peak {peak:.1} GFLOP/s ({threads} threads, gemm {})",
+        speed.len(),
+        flops / 1e9,
+        gemm_kernel()
     );
     Ok(())
 }

@@ -10,7 +10,7 @@ use mechlab::train::config::OptimizerKind;
 use mechlab::train::optim::{Hyper, Optimizer};
 use mechlab_engine::gpt::{Gpt, GptConfig, Workspace};
 use mechlab_engine::layers::attention::CAUSAL_BLOCK;
-use mechlab_engine::matmul::{matmul_par, Op};
+use mechlab_engine::matmul::measured_peak_gflops;
 use mechlab_engine::Parameters;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -19,23 +19,6 @@ use std::path::Path;
 use std::time::Instant;
 
 const B: usize = 16;
-
-/// Measured 2-thread f32 matmul peak (GFLOP/s) on 1024³ products.
-fn peak_gflops() -> f64 {
-    let n = 1024;
-    let (a, b, mut c) = (
-        vec![1.0f32; n * n],
-        vec![0.5f32; n * n],
-        vec![0.0f32; n * n],
-    );
-    let threads = rayon::current_num_threads();
-    matmul_par(&mut c, &a, Op::N, &b, Op::N, n, n, n, false, threads);
-    let (t0, reps) = (Instant::now(), 8);
-    for _ in 0..reps {
-        matmul_par(&mut c, &a, Op::N, &b, Op::N, n, n, n, false, threads);
-    }
-    2.0 * (n * n * n * reps) as f64 / t0.elapsed().as_secs_f64() / 1e9
-}
 
 /// FLOPs of one step as mechlab executes it (attention over the causal row
 /// blocks it computes, `engine::layers::attention::CAUSAL_BLOCK`; backward
@@ -130,7 +113,7 @@ fn main() -> anyhow::Result<()> {
         run(&mut m, i);
     }
     let sec = t0.elapsed().as_secs_f64() / steps as f64;
-    let peak = peak_gflops();
+    let peak = measured_peak_gflops::<f32>(1024, rayon::current_num_threads(), 8);
     let flops = step_flops(&cfg, t);
     for (i, l) in losses.iter().enumerate() {
         println!("loss {i} {l:.7}");

@@ -9,7 +9,7 @@ use mechlab::papers::topic::data::{LdaModel, MlmSet};
 use mechlab::papers::topic::model::TopicMlm;
 use mechlab::papers::topic::{make_set, TopicConfig, TopicRun};
 use mechlab::run::RunCtx;
-use mechlab_engine::matmul::{matmul_par, Op};
+use mechlab_engine::matmul::measured_peak_gflops;
 use mechlab_engine::Parameters;
 use std::io::Write;
 use std::path::Path;
@@ -90,22 +90,6 @@ fn write_bin(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Measured 2-thread f32 matmul peak (GFLOP/s) on 1024³ products.
-fn peak_gflops() -> f64 {
-    let n = 1024;
-    let a = vec![1.0f32; n * n];
-    let b = vec![0.5f32; n * n];
-    let mut c = vec![0.0f32; n * n];
-    let threads = rayon::current_num_threads();
-    matmul_par(&mut c, &a, Op::N, &b, Op::N, n, n, n, false, threads);
-    let t0 = Instant::now();
-    let reps = 8;
-    for _ in 0..reps {
-        matmul_par(&mut c, &a, Op::N, &b, Op::N, n, n, n, false, threads);
-    }
-    2.0 * (n * n * n * reps) as f64 / t0.elapsed().as_secs_f64() / 1e9
-}
-
 /// FLOPs mechlab executes in one epoch (its skipped work not counted).
 fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
     let trained_attn = cfg.model.attention == mechlab::papers::topic::model::AttnKind::Trained;
@@ -149,7 +133,7 @@ fn main() -> anyhow::Result<()> {
         .collect()
     };
     std::fs::create_dir_all(&out)?;
-    let peak = peak_gflops();
+    let peak = measured_peak_gflops::<f32>(1024, rayon::current_num_threads(), 8);
     println!(
         "threads {}, measured f32 matmul peak {peak:.1} GFLOP/s",
         rayon::current_num_threads()
