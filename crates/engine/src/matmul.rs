@@ -132,14 +132,20 @@ pub fn matmul_strided<T: Float>(
 }
 
 /// The SIMD level `gemm` dispatches to on this processor: `"avx512f"` (its `x86-v4`
-/// kernels, which the workspace enables; chosen at run time), `"avx2+fma"`, or
-/// `"baseline"`. Benchmarks print it beside their numbers.
+/// kernels, which the workspace enables; chosen at run time), `"fma"` (its 256-bit kernels), or
+/// `"scalar"`. Benchmarks print it beside their numbers.
 pub fn gemm_kernel() -> &'static str {
-    match crate::simd::level() {
-        crate::simd::Level::Avx512 => "avx512f",
-        crate::simd::Level::Avx2 => "avx2+fma",
-        crate::simd::Level::Baseline => "baseline",
+    // gemm-common's own dispatch: AVX-512F, else FMA (its 256-bit kernels), else scalar
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return "avx512f";
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            return "fma";
+        }
     }
+    "scalar"
 }
 
 /// This machine's measured matrix-product rate in GFLOP/s: the best of `reps` square

@@ -28,7 +28,7 @@
 //! assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
 //! ```
 
-/// The instruction set the kernels (and `gemm`) run at on this processor.
+/// The instruction set these kernels run at on this processor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
     Avx512,
@@ -43,7 +43,14 @@ pub fn level() -> Level {
     *LEVEL.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            // every feature the wide path is compiled with, not only AVX-512F
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
                 return Level::Avx512;
             }
             if std::arch::is_x86_feature_detected!("avx2")
