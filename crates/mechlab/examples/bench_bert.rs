@@ -43,9 +43,19 @@ fn speed(out: &Path) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("meta.json: no speed_batches"))?
         .iter()
         .map(|b| -> anyhow::Result<Batch> {
-            let ids: Vec<u32> = serde_json::from_value(b["ids"].clone())?;
-            let batch = b["batch"].as_u64().unwrap_or(0) as usize;
-            let t = b["seq_len"].as_u64().unwrap_or(0) as usize;
+            let field = |key: &str| {
+                b[key].as_u64().map(|v| v as usize).ok_or_else(|| {
+                    anyhow::anyhow!("meta.json: a speed batch without a number \"{key}\"")
+                })
+            };
+            let (batch, t) = (field("batch")?, field("seq_len")?);
+            let ids: Vec<u32> = serde_json::from_value(b["ids"].clone())
+                .map_err(|e| anyhow::anyhow!("meta.json: speed batch \"ids\": {e}"))?;
+            anyhow::ensure!(
+                ids.len() == batch * t,
+                "meta.json: speed batch has {} ids, not batch × seq_len = {batch} × {t}",
+                ids.len()
+            );
             Ok(Batch::new(ids, batch, t))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
