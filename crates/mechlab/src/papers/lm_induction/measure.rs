@@ -27,6 +27,10 @@ pub struct Measured {
     /// `[layer][head]` series over the probe steps.
     pub induction: Vec<Vec<Vec<f64>>>,
     pub prev_token: Vec<Vec<Vec<f64>>>,
+    pub copying: Vec<Vec<Vec<f64>>>,
+    /// The largest |copying score| of any head at initialisation: what an
+    /// untrained (random) OV circuit reads.
+    pub copying_init: f64,
     /// Heads above [`INDUCTION_THRESHOLD`] at the end.
     pub heads: Vec<(usize, usize)>,
     /// First probe step at which some head passed the threshold.
@@ -80,6 +84,12 @@ pub fn measure<T: Float>(
             .collect()
     };
     let (induction, prev_token) = (per_head("induction"), per_head("prev_token"));
+    let copying = per_head("copying");
+    let copying_init = init
+        .copying
+        .iter()
+        .flatten()
+        .fold(0.0, |a: f64, &b| a.max(b.abs()));
     let Circuit {
         heads,
         partners,
@@ -133,6 +143,8 @@ pub fn measure<T: Float>(
         icl,
         induction,
         prev_token,
+        copying,
+        copying_init,
         heads,
         t_form,
         rise,

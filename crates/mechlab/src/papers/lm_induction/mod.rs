@@ -22,6 +22,7 @@ pub mod analysis;
 pub mod config;
 pub mod data;
 mod measure;
+pub mod ov;
 pub mod probes;
 mod report;
 mod verdicts;
@@ -178,6 +179,7 @@ fn eval_record(e: &probes::Eval) -> Vec<(String, f64)> {
         for (h, v) in hs.iter().enumerate() {
             rec.push((format!("induction.l{l}.h{h}"), *v));
             rec.push((format!("prev_token.l{l}.h{h}"), e.prev_token[l][h]));
+            rec.push((format!("copying.l{l}.h{h}"), e.copying[l][h]));
         }
     }
     rec

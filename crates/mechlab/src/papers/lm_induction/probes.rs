@@ -44,6 +44,8 @@ pub struct Eval {
     pub prev_token: Vec<Vec<f64>>,
     /// Loss on the second copy of the repeated sequences.
     pub rep_loss: f64,
+    /// Copying score of each head's OV circuit `[layer][head]` ([`super::ov`]).
+    pub copying: Vec<Vec<f64>>,
 }
 
 impl Eval {
@@ -156,6 +158,7 @@ impl<T: Float> Probe<T> {
             induction,
             prev_token: prev,
             rep_loss,
+            copying: super::ov::copying_scores(m),
         }
     }
 

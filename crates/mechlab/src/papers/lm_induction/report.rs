@@ -54,6 +54,20 @@ pub fn figures<T: Float>(
         }
     }
     ctx.figure(&pf)?;
+    let mut cf = Figure::lines("copying", "Copying score of each head's OV circuit over training", "step", "Σλ / Σ|λ| of W_U W_O W_V W_E")
+        .caption("1: attending to a token raises its logit (a copier); −1: lowers it; the dashed band is the largest |score| of any head at initialisation.")
+        .with_hline("init max", m.copying_init)
+        .with_hline("init min", -m.copying_init);
+    for (l, hs) in m.copying.iter().enumerate() {
+        for (h, y) in hs.iter().enumerate() {
+            cf = cf.with_series(Series::new(
+                &format!("L{l}H{h}"),
+                m.steps.clone(),
+                y.clone(),
+            ));
+        }
+    }
+    ctx.figure(&cf)?;
     let (lo, hi) = m
         .icl
         .iter()

@@ -9,6 +9,7 @@ pub mod ids {
     pub const NONE_1L: &str = "one-layer-forms-none";
     pub const WINDOW: &str = "icl-drop-in-phase-change";
     pub const ABLATION: &str = "ablation-removes-icl";
+    pub const COPIES: &str = "induction-heads-copy";
 }
 
 const SOURCE: &str = "Olsson et al. 2022 (arXiv:2209.11895), Arguments 1 and 3; threshold and window: docs/lm-induction.md";
@@ -36,6 +37,7 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
         for (h, v) in hs.iter().enumerate() {
             s.metric(&format!("induction.l{l}.h{h}"), *v);
             s.metric(&format!("prev_token.l{l}.h{h}"), m.fin.prev_token[l][h]);
+            s.metric(&format!("copying.l{l}.h{h}"), m.fin.copying[l][h]);
         }
     }
     let best_line = format!(
@@ -62,6 +64,31 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
         SOURCE,
         best_line,
         best > INDUCTION_THRESHOLD,
+    );
+    let copies: Vec<String> = m
+        .heads
+        .iter()
+        .map(|&(l, h)| format!("L{l}H{h} {:.3}", m.fin.copying[l][h]))
+        .collect();
+    s.verdict(
+        ids::COPIES,
+        "the induction heads copy: their OV circuits raise the logit of the token they attend to",
+        "every induction head's copying score (Σλ / Σ|λ| over the eigenvalues of W_U W_O W_V W_E, LayerNorm folded) above the largest |score| of any head at initialisation",
+        "Olsson et al. 2022 (arXiv:2209.11895), \"Definitions\" (copying); the score: Elhage et al. 2021, \"A Mathematical Framework for Transformer Circuits\"; baseline: docs/lm-induction.md",
+        if copies.is_empty() {
+            "no induction head".to_string()
+        } else {
+            format!(
+                "{}; largest |score| at initialisation {:.3}",
+                copies.join(", "),
+                m.copying_init
+            )
+        },
+        !m.heads.is_empty()
+            && m
+                .heads
+                .iter()
+                .all(|&(l, h)| m.fin.copying[l][h] > m.copying_init),
     );
     let window = m
         .rise
