@@ -278,15 +278,35 @@ pub fn repeated_set(n: usize, rep_len: usize, ids: &[u32], rng: &mut impl Rng) -
     out
 }
 
-/// `n` evenly spaced held-out windows of `len + 1` tokens: `[n, len + 1]`.
-pub fn heldout_set(heldout: &[u32], n: usize, len: usize) -> Vec<u32> {
+/// `n` evenly spaced held-out windows of `len + 1` tokens, `[n, len + 1]`,
+/// drawn the way [`Data::draw`] draws training windows: with probability
+/// `repeat_frac` a window repeats a segment of its text (period from
+/// [`period`]), so the held-out loss and the in-context learning score are
+/// measured on the distribution the model trains on. The flags say which
+/// windows are plain text. With `repeat_frac = 0` the windows are the plain
+/// evenly spaced ones and `rng` is not used.
+pub fn heldout_set(
+    heldout: &[u32],
+    n: usize,
+    len: usize,
+    repeat_frac: f64,
+    rng: &mut impl Rng,
+) -> (Vec<u32>, Vec<bool>) {
     let mut out = Vec::with_capacity(n * (len + 1));
+    let mut plain = Vec::with_capacity(n);
     let room = heldout.len() - (len + 1);
     for i in 0..n {
         let s = room * i / n.max(1);
-        out.extend_from_slice(&heldout[s..s + len + 1]);
+        let repeat = repeat_frac > 0.0 && rng.random::<f64>() < repeat_frac;
+        let span = if repeat {
+            period(len + 1, rng)
+        } else {
+            len + 1
+        };
+        out.extend((0..len + 1).map(|j| heldout[s + j % span]));
+        plain.push(!repeat);
     }
-    out
+    (out, plain)
 }
 
 #[cfg(test)]

@@ -76,6 +76,8 @@ pub struct LmInduction;
 pub const PRESETS: &[Preset] = &[
     crate::preset!("lm-induction-2l"),
     crate::preset!("lm-induction-1l"),
+    crate::preset!("lm-induction-2l-short"),
+    crate::preset!("lm-induction-1l-short"),
     crate::preset!("lm-induction-repeated"),
     crate::preset!("lm-induction-repeated-1l"),
 ];
@@ -108,6 +110,8 @@ impl Paper for LmInduction {
         vec![
             ReproduceItem::new("lm-induction-repeated", &[]),
             ReproduceItem::new("lm-induction-repeated-1l", &[]),
+            ReproduceItem::new("lm-induction-2l-short", &[]),
+            ReproduceItem::new("lm-induction-1l-short", &[]),
         ]
     }
     fn intervene(
@@ -134,10 +138,20 @@ fn bad(msg: String) -> ExperimentError {
 
 /// The fixed held-out windows `[n, T + 1]` (text) or repeated sequences (the
 /// repeated source), from the seed's Sample stream.
-fn heldout(cfg: &LmConfig, data: &Data) -> Vec<u32> {
+/// The held-out windows `[n, T + 1]` and which of them are plain text.
+fn heldout(cfg: &LmConfig, data: &Data) -> (Vec<u32>, Vec<bool>) {
     let (n, t) = (cfg.probe.n_eval, cfg.data.seq_len);
     match data {
-        Data::Text { corpus, .. } => data::heldout_set(&corpus.heldout, n, t),
+        Data::Text {
+            corpus,
+            repeat_frac,
+        } => data::heldout_set(
+            &corpus.heldout,
+            n,
+            t,
+            *repeat_frac,
+            &mut substream(cfg.seed, Stream::Sample, 3),
+        ),
         Data::Repeated { vocab } => {
             let mut out = vec![0; n * (t + 1)];
             let mut r = substream(cfg.seed, Stream::Sample, 1);
@@ -145,7 +159,7 @@ fn heldout(cfg: &LmConfig, data: &Data) -> Vec<u32> {
                 let n = data::period(t + 1, &mut r);
                 data::repeated_row(row, n, *vocab, &mut r);
             }
-            out
+            (out, vec![false; n])
         }
     }
 }
@@ -159,13 +173,8 @@ pub(crate) fn probe_for<T: Float>(cfg: &LmConfig, data: &Data, model: &Gpt<T>) -
         &ids,
         &mut substream(cfg.seed, Stream::Sample, 2),
     );
-    Probe::new(
-        model,
-        &heldout(cfg, data),
-        rep,
-        cfg.data.seq_len,
-        &cfg.probe,
-    )
+    let (windows, plain) = heldout(cfg, data);
+    Probe::new(model, &windows, plain, rep, cfg.data.seq_len, &cfg.probe)
 }
 
 /// Probe keys of an [`probes::Eval`].
@@ -175,6 +184,9 @@ fn eval_record(e: &probes::Eval) -> Vec<(String, f64)> {
         ("icl".to_string(), e.icl),
         ("rep_loss".to_string(), e.rep_loss),
     ];
+    if let Some(v) = e.icl_text {
+        rec.push(("icl_text".to_string(), v));
+    }
     for (l, hs) in e.induction.iter().enumerate() {
         for (h, v) in hs.iter().enumerate() {
             rec.push((format!("induction.l{l}.h{h}"), *v));

@@ -11,6 +11,10 @@
 //!   the mean loss at the early ones (Olsson et al.: "the loss of the 500th
 //!   token minus the loss of the 50th", here positions from `probe.icl_*`),
 //!   negative when later tokens are predicted better thanks to the context.
+//!   The held-out windows are drawn the way training windows are (with
+//!   `data.repeat_frac`, some repeat a segment of their text), so the score
+//!   measures what training teaches; `icl_text` is the same score over the
+//!   plain-text windows alone.
 
 use super::config::ProbeConfig;
 use mechlab_engine::gpt::{Gpt, Workspace};
@@ -26,6 +30,8 @@ pub struct Probe<T: Float> {
     /// Repeated random sequences `[n, 2·rep_len + 1]`.
     pub rep: Vec<u32>,
     pub rep_len: usize,
+    /// Which held-out windows are plain text (the rest repeat a segment).
+    pub plain: Vec<bool>,
     pub early: Range<usize>,
     pub late: Range<usize>,
     ws: Workspace<T>,
@@ -37,6 +43,9 @@ pub struct Probe<T: Float> {
 pub struct Eval {
     pub loss: f64,
     pub icl: f64,
+    /// The ICL score over the plain-text held-out windows alone (`None` when
+    /// every window repeats, as on repeated random data).
+    pub icl_text: Option<f64>,
     /// Mean held-out loss at every position `[T]`.
     pub per_pos: Vec<f64>,
     /// `[layer][head]`
@@ -88,8 +97,16 @@ fn mean_over(per_pos: &[f64], r: &Range<usize>) -> f64 {
 }
 
 impl<T: Float> Probe<T> {
-    /// `heldout`: `[n, T + 1]` windows; `rep`: `[n, 2·rep_len + 1]` sequences.
-    pub fn new(m: &Gpt<T>, heldout: &[u32], rep: Vec<u32>, t: usize, cfg: &ProbeConfig) -> Self {
+    /// `heldout`: `[n, T + 1]` windows (`plain[i]`: window `i` is plain text);
+    /// `rep`: `[n, 2·rep_len + 1]` sequences.
+    pub fn new(
+        m: &Gpt<T>,
+        heldout: &[u32],
+        plain: Vec<bool>,
+        rep: Vec<u32>,
+        t: usize,
+        cfg: &ProbeConfig,
+    ) -> Self {
         let (x, y) = splits(heldout, t);
         let n = x.len() / t;
         let rep_len = cfg.rep_len;
@@ -101,6 +118,7 @@ impl<T: Float> Probe<T> {
             y,
             rep,
             rep_len,
+            plain,
             early,
             late,
         }
@@ -112,6 +130,8 @@ impl<T: Float> Probe<T> {
         let loss = m.evaluate(&mut self.ws, &self.x, Some(&self.y));
         let n = self.ws.batch();
         let mut per_pos = vec![0.0; t];
+        let n_plain = self.plain.iter().filter(|&&p| p).count();
+        let mut per_pos_text = vec![0.0; t];
         let mut prev = vec![vec![0.0; c.n_heads]; c.n_layers];
         for s in 0..n {
             let (w, i) = self.ws.seq(s);
@@ -119,6 +139,12 @@ impl<T: Float> Probe<T> {
                 .iter_mut()
                 .zip(w.token_losses(i))
                 .for_each(|(a, b)| *a += b / n as f64);
+            if self.plain[s] {
+                per_pos_text
+                    .iter_mut()
+                    .zip(w.token_losses(i))
+                    .for_each(|(a, b)| *a += b / n_plain as f64);
+            }
             for (l, pl) in prev.iter_mut().enumerate() {
                 let pat = w.pattern(l, i);
                 for (h, ph) in pl.iter_mut().enumerate() {
@@ -129,6 +155,8 @@ impl<T: Float> Probe<T> {
             }
         }
         let icl = mean_over(&per_pos, &self.late) - mean_over(&per_pos, &self.early);
+        let icl_text = (n_plain > 0)
+            .then(|| mean_over(&per_pos_text, &self.late) - mean_over(&per_pos_text, &self.early));
         let (rx, ry) = splits(&self.rep, 2 * self.rep_len);
         m.evaluate(&mut self.ws_rep, &rx, Some(&ry));
         let (rl, tr) = (self.rep_len, 2 * self.rep_len);
@@ -154,6 +182,7 @@ impl<T: Float> Probe<T> {
         Eval {
             loss,
             icl,
+            icl_text,
             per_pos,
             induction,
             prev_token: prev,

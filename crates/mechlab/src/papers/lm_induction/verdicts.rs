@@ -25,6 +25,10 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
     s.metric("heldout_loss", m.fin.loss);
     s.metric("icl_score", m.fin.icl);
     s.metric("icl_score_init", m.init.icl);
+    if let (Some(a), Some(b)) = (m.init.icl_text, m.fin.icl_text) {
+        s.metric("icl_score_text", b);
+        s.metric("icl_score_text_init", a);
+    }
     s.metric("rep_loss", m.fin.rep_loss);
     s.metric("induction_heads", m.heads.len() as f64);
     let (bl, bh, best) = m.fin.best_induction();
