@@ -330,4 +330,30 @@ mod tests {
         let rep = Data::Repeated { vocab: 5 };
         assert_eq!(rep.probe_ids(RepTokens::Trained, 2, 8), vec![0, 1, 2, 3, 4]);
     }
+
+    #[test]
+    fn heldout_windows_repeat_as_training_windows_do() {
+        use rand::SeedableRng;
+        let text: Vec<u32> = (0..1_000).collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        // no repeats: the evenly spaced plain windows, all flagged plain
+        let (w, plain) = heldout_set(&text, 4, 16, 0.0, &mut rng);
+        assert!(plain.iter().all(|&p| p));
+        for (i, row) in w.chunks_exact(17).enumerate() {
+            let s = (1_000 - 17) * i / 4;
+            assert_eq!(row, &text[s..s + 17]);
+        }
+        // every window repeats: each is periodic with a period from `period`
+        let (w, plain) = heldout_set(&text, 8, 16, 1.0, &mut rng);
+        assert!(plain.iter().all(|&p| !p));
+        for row in w.chunks_exact(17) {
+            let p = (1..17).find(|&p| row[p] == row[0]).expect("a repeat");
+            assert!((17 / 4..=9).contains(&p), "period {p}");
+            assert!((p..17).all(|j| row[j] == row[j - p]));
+        }
+        // a mixture in between
+        let (_, plain) = heldout_set(&text, 64, 16, 0.5, &mut rng);
+        let n = plain.iter().filter(|&&p| p).count();
+        assert!(n > 10 && n < 54, "{n} plain windows of 64");
+    }
 }
