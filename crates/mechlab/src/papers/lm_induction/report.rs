@@ -15,6 +15,16 @@ fn vline(name: &str, x: f64, lo: f64, hi: f64) -> Series {
     Series::new(name, vec![x, x], vec![lo, hi]).dashed()
 }
 
+/// One series per head (`L{l}H{h}`) of a `[layer][head]` series over the probe steps.
+fn per_head(mut f: Figure, steps: &[f64], ys: &[Vec<Vec<f64>>]) -> Figure {
+    for (l, hs) in ys.iter().enumerate() {
+        for (h, y) in hs.iter().enumerate() {
+            f = f.with_series(Series::new(&format!("L{l}H{h}"), steps.to_vec(), y.clone()));
+        }
+    }
+    f
+}
+
 pub fn figures<T: Float>(
     cfg: &LmConfig,
     ctx: &mut RunCtx,
@@ -26,15 +36,7 @@ pub fn figures<T: Float>(
         .caption("Repeated random sequences; a head above 1/2 puts more attention on the induction target than on all other keys together.")
         .with_hline("threshold 1/2", INDUCTION_THRESHOLD)
         .with_hline("uniform attention", m.uniform_induction);
-    for (l, hs) in m.induction.iter().enumerate() {
-        for (h, y) in hs.iter().enumerate() {
-            f = f.with_series(Series::new(
-                &format!("L{l}H{h}"),
-                m.steps.clone(),
-                y.clone(),
-            ));
-        }
-    }
+    f = per_head(f, &m.steps, &m.induction);
     if let Some((a, b)) = m.rise {
         f = f
             .with_series(vline("rise starts", a as f64, 0.0, 1.0))
@@ -44,29 +46,13 @@ pub fn figures<T: Float>(
     let mut pf = Figure::lines("prev_token", "Previous-token score per head over training", "step", "attention to the previous token")
         .caption("Held-out sequences; the induction heads of layer 1 read what previous-token heads of layer 0 write.")
         .with_hline("uniform attention", m.uniform_prev);
-    for (l, hs) in m.prev_token.iter().enumerate() {
-        for (h, y) in hs.iter().enumerate() {
-            pf = pf.with_series(Series::new(
-                &format!("L{l}H{h}"),
-                m.steps.clone(),
-                y.clone(),
-            ));
-        }
-    }
+    pf = per_head(pf, &m.steps, &m.prev_token);
     ctx.figure(&pf)?;
     let mut cf = Figure::lines("copying", "Copying score of each head's OV circuit over training", "step", "Σλ / Σ|λ| of W_U W_O W_V W_E")
-        .caption("1: attending to a token raises its logit (a copier); −1: lowers it; the dashed band is the largest |score| of any head at initialisation.")
+        .caption("1: attending to a token raises its logit (a copier); −1: lowers it; the two horizontal lines are ± the largest |score| of any head at initialisation.")
         .with_hline("init max", m.copying_init)
         .with_hline("init min", -m.copying_init);
-    for (l, hs) in m.copying.iter().enumerate() {
-        for (h, y) in hs.iter().enumerate() {
-            cf = cf.with_series(Series::new(
-                &format!("L{l}H{h}"),
-                m.steps.clone(),
-                y.clone(),
-            ));
-        }
-    }
+    cf = per_head(cf, &m.steps, &m.copying);
     ctx.figure(&cf)?;
     let (lo, hi) = m
         .icl
