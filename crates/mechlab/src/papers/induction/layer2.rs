@@ -19,21 +19,25 @@
 //! and `ŷ = Σ_l softmax(s)_l e_{x_l}`.
 //!
 //! Codes are base `S + 1` numbers, the nearest token the least significant digit;
-//! a window or head code with the own token puts it in the lowest digit. The
-//! sequences run in the engine's fixed-size chunks ([`parallel::sized_chunks`])
-//! whose partials are summed in chunk order, so the result is bit-identical for any
-//! thread count. The losses are the engine's ([`loss`]); the layer-2 softmax and
+//! a window or head code with the own token puts it in the lowest digit. Which
+//! cell each key reads is fixed by the tokens, so it is indexed once per token
+//! set ([`super::windows`]); the sequences then run one job per query row, and
+//! each row's cell gradients are the partials of the engine's fixed-size chunks
+//! ([`parallel::sized_chunks`]) summed in chunk order, so the result is
+//! bit-identical for any thread count (and to the chunk-parallel pass this
+//! replaced). The losses are the engine's ([`mechlab_engine::layers::loss`]); the layer-2 softmax and
 //! the mixing `ŷ = Σ_l p_l e_{x_l}` stay fused with the table lookups (the test
 //! `tests/it/induction_reference.rs` checks them against engine layers).
 
 // Index loops read like the equations here.
 #![allow(clippy::needless_range_loop)]
 
-use mechlab_engine::layers::loss::{self, Reduction};
-use mechlab_engine::layers::softmax;
 use mechlab_engine::parallel::{self, sized_chunk_range, sized_chunks};
 use mechlab_engine::{Float, Param};
 use rayon::prelude::*;
+
+use super::rows::Ctx;
+use super::windows::{Coding, IndexCache};
 
 /// Sequences per work chunk: the engine's [`parallel::CHUNK_ITEMS`] (kept under
 /// this name for the models' callers).
@@ -94,15 +98,6 @@ pub(crate) fn window(code: usize, s: usize, digits: usize) -> (usize, [usize; 16
     (m, toks)
 }
 
-/// Per-chunk scratch and gradient partials.
-struct Work<T> {
-    win: Vec<usize>, // [L+1]: window code of each position (the 2H-1 tokens before it)
-    kidx: Vec<u32>,  // [L]: compact key-window index of each key
-    p: Vec<T>,       // [L]: blocks.1.attn.hook_pattern (query L)
-    d_n: Vec<T>,     // [NQW, NKW]: Σ ds over the (query, key) window pairs
-    loss: T,
-}
-
 /// The code tables, the per-step tables from `v` on, and the chunk workspaces.
 ///
 /// `C` head codes: `(S+1)^H`, or `(S+1)^(H+1)` with the own token. A model writes
@@ -133,8 +128,14 @@ pub(crate) struct Layer2<T> {
     pub dv_tab: Vec<T>,
     sk_tot: Vec<T>,                        // [n_sub]
     active: Vec<(usize, [u8; 16], usize)>, // (subset index, members, |δ|) with δ_0 = 0
-    l: usize,
-    work: Vec<Work<T>>,
+    /// `[NQW, NKW]`: each row's partial of the current work chunk.
+    part: Vec<T>,
+    /// `[n]`, `[n, S]`: each sequence's loss and ŷ, in the index's row order.
+    seq_loss: Vec<T>,
+    seq_yhat: Vec<T>,
+    /// `[L]`: `blocks.1.attn.hook_pattern` of sequence 0's query.
+    first_p: Vec<T>,
+    index: IndexCache,
 }
 
 impl<T: Float> Layer2<T> {
@@ -224,31 +225,24 @@ impl<T: Float> Layer2<T> {
             dv_tab: z(h * nc * s),
             sk_tot: z(subsets.len()),
             active,
-            l: 0,
-            work: Vec::new(),
+            part: z(cells),
+            seq_loss: Vec::new(),
+            seq_yhat: Vec::new(),
+            first_p: Vec::new(),
+            index: IndexCache::default(),
         }
     }
 
     /// Sizes the workspaces for `n` sequences of length `l` (allocates only when
     /// the shape grows, i.e. never inside training).
     pub fn reserve(&mut self, n: usize, l: usize) {
-        if self.l != l {
-            self.work.clear();
-            self.l = l;
-        }
-        let cells = self.n_tab.len();
-        while self.work.len() < sized_chunks(n) {
-            self.work.push(Work {
-                win: vec![0; l + 1],
-                kidx: vec![0; l],
-                p: vec![T::zero(); l],
-                d_n: vec![T::zero(); cells],
-                loss: T::zero(),
-            });
-        }
+        grow(&mut self.seq_loss, n);
+        grow(&mut self.seq_yhat, n * self.s);
+        grow(&mut self.first_p, l);
     }
 
-    /// The ip and cell tables from `v_tab`, `c` `[n_sub]` and `a`.
+    /// The ip and cell tables from `v_tab`, `c` `[n_sub]` and `a`; the cell
+    /// tables row by row in parallel (each row is its own work: bit-identical).
     fn prepare(&mut self, c: &[T], a: T) {
         let (h, s, nc, nq, nkw) = (self.h, self.s, self.nc, self.nq, self.nkw);
         for hd in 0..h {
@@ -264,30 +258,36 @@ impl<T: Float> Layer2<T> {
         }
         let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
         let az = a / z;
-        let mut ip = [T::zero(); 16];
-        for qw in 0..self.nqw {
-            let qh = &self.qw_head[qw * h..(qw + 1) * h];
-            let mut mx = T::neg_infinity();
-            for kw in 0..nkw {
-                let kh = &self.kw_head[kw * h..(kw + 1) * h];
-                for hd in 0..h {
-                    ip[hd] = self.ip_raw[(hd * nq + qh[hd]) * nc + kh[hd]].max(T::zero());
-                }
-                let mut num = T::zero();
-                for (si, mem, k) in &self.active {
-                    let mut v = c[*si] * c[*si];
-                    for &mm in &mem[..*k] {
-                        v *= ip[mm as usize];
+        let (ip_raw, qw_head, kw_head, active) =
+            (&self.ip_raw, &self.qw_head, &self.kw_head, &self.active);
+        self.n_tab
+            .par_chunks_mut(nkw)
+            .zip(self.e_tab.par_chunks_mut(nkw))
+            .enumerate()
+            .for_each(|(qw, (n_row, e_row))| {
+                let qh = &qw_head[qw * h..(qw + 1) * h];
+                let mut ip = [T::zero(); 16];
+                let mut mx = T::neg_infinity();
+                for kw in 0..nkw {
+                    let kh = &kw_head[kw * h..(kw + 1) * h];
+                    for hd in 0..h {
+                        ip[hd] = ip_raw[(hd * nq + qh[hd]) * nc + kh[hd]].max(T::zero());
                     }
-                    num += v;
+                    let mut num = T::zero();
+                    for (si, mem, k) in active {
+                        let mut v = c[*si] * c[*si];
+                        for &mm in &mem[..*k] {
+                            v *= ip[mm as usize];
+                        }
+                        num += v;
+                    }
+                    n_row[kw] = num;
+                    mx = mx.max(az * num);
                 }
-                self.n_tab[qw * nkw + kw] = num;
-                mx = mx.max(az * num);
-            }
-            for kw in 0..nkw {
-                self.e_tab[qw * nkw + kw] = (az * self.n_tab[qw * nkw + kw] - mx).exp();
-            }
-        }
+                for kw in 0..nkw {
+                    e_row[kw] = (az * n_row[kw] - mx).exp();
+                }
+            });
     }
 
     /// Mean loss over `tokens` (`[n, l+1]`, target last) from the current
@@ -306,60 +306,66 @@ impl<T: Float> Layer2<T> {
         floor: f64,
     ) -> T {
         let n = tokens.len() / (l + 1);
-        let (h, s) = (self.h, self.s);
+        let (h, s, nkw) = (self.h, self.s, self.nkw);
         assert!(l + 1 >= 2 * h, "sequence length {l} < 2H - 1");
         self.reserve(n, l);
         self.prepare(c, a);
-        let nd = 2 * h - 1;
+        let coding = Coding {
+            s,
+            digits: 2 * h - 1,
+            own_token: self.own_token,
+            nqw: self.nqw,
+            wq_index: &self.wq_index,
+            wk_index: &self.wk_index,
+        };
+        let index = self.index.get(tokens, l, &coding);
         let ctx = Ctx {
             s,
             l,
-            n_w: (s + 1).pow(nd as u32),
-            digits: nd,
-            nkw: self.nkw,
-            own_token: self.own_token,
-            wq_index: &self.wq_index,
-            wk_index: &self.wk_index,
+            nkw,
+            tokens,
+            index,
             e_tab: &self.e_tab,
             loss,
             floor,
             scale: T::one() / T::of_usize(n.max(1)),
             grad,
         };
-        let chunks = sized_chunks(n);
-        let work = &mut self.work[..chunks];
-        let per = |ci: usize| {
-            let r = sized_chunk_range(n, ci);
-            &tokens[r.start * (l + 1)..r.end * (l + 1)]
-        };
-        match out {
-            Some(o) => {
-                let mut outs: Vec<&mut [T]> = o.chunks_mut(CHUNK * s).collect();
-                work.par_iter_mut()
-                    .zip(outs.par_iter_mut())
-                    .enumerate()
-                    .for_each(|(ci, (wk, o))| ctx.chunk(wk, per(ci), Some(o)));
-            }
-            None => work
-                .par_iter_mut()
-                .enumerate()
-                .for_each(|(ci, wk)| ctx.chunk(wk, per(ci), None)),
-        }
-        let scale = ctx.scale;
-        // reduce in chunk order
+        ctx.rows(
+            0..self.nqw,
+            &mut self.d_n,
+            &mut self.part,
+            &mut self.seq_loss[..n],
+            &mut self.seq_yhat[..n * s],
+        );
+        // the losses chunk by chunk in sequence order, as the chunks summed them
         let mut total = T::zero();
-        for wk in self.work[..chunks].iter() {
-            total += wk.loss;
+        for ci in 0..sized_chunks(n) {
+            let mut chunk = T::zero();
+            for b in sized_chunk_range(n, ci) {
+                chunk += self.seq_loss[index.pos[b] as usize];
+            }
+            total += chunk;
         }
-        if grad {
-            self.d_n.iter_mut().for_each(|x| *x = T::zero());
-            for wk in self.work[..chunks].iter() {
-                for (acc, v) in self.d_n.iter_mut().zip(&wk.d_n) {
-                    *acc += *v;
-                }
+        if let Some(o) = out {
+            for b in 0..n {
+                let at = index.pos[b] as usize * s;
+                o[b * s..(b + 1) * s].copy_from_slice(&self.seq_yhat[at..at + s]);
             }
         }
-        total * scale
+        if n > 0 {
+            let erow = &self.e_tab[index.qrow[0] as usize * nkw..][..nkw];
+            let kidx = &index.kidx[..l];
+            let mut sum = T::zero();
+            for &k in kidx {
+                sum += erow[k as usize];
+            }
+            let inv = T::one() / sum;
+            for (p, &k) in self.first_p.iter_mut().zip(kidx) {
+                *p = erow[k as usize] * inv;
+            }
+        }
+        total * ctx.scale
     }
 
     /// After a `run` with `grad`: cells → `a` and `c` (each only where trained)
@@ -446,107 +452,18 @@ impl<T: Float> Layer2<T> {
 
     /// The window codes `[L+1]` of the first sequence of the last `run`.
     pub fn first_windows(&self) -> &[usize] {
-        &self.work[0].win
+        self.index.last().map_or(&[], |w| &w.first_win)
     }
 
     /// `blocks.1.attn.hook_pattern` `[L]` of the first sequence of the last `run`.
     pub fn first_query_pattern(&self, l: usize) -> Vec<f64> {
-        self.work[0].p[..l].iter().map(|v| v.as_f64()).collect()
+        self.first_p[..l].iter().map(|v| v.as_f64()).collect()
     }
 }
 
-/// What every chunk reads.
-struct Ctx<'a, T> {
-    s: usize,
-    l: usize,
-    n_w: usize,
-    digits: usize,
-    nkw: usize,
-    own_token: bool,
-    wq_index: &'a [usize],
-    wk_index: &'a [u32],
-    e_tab: &'a [T],
-    loss: LossKind,
-    floor: f64,
-    scale: T,
-    grad: bool,
-}
-
-impl<T: Float> Ctx<'_, T> {
-    fn chunk(&self, wk: &mut Work<T>, tokens: &[u8], mut out: Option<&mut &mut [T]>) {
-        let (s, l, nkw) = (self.s, self.l, self.nkw);
-        let p = s + 1;
-        wk.loss = T::zero();
-        if self.grad {
-            wk.d_n.iter_mut().for_each(|x| *x = T::zero());
-        }
-        let top = self.n_w / p; // (S+1)^(2H-2)
-        let mut yhat = [T::zero(); 64];
-        let mut g = [T::zero(); 64];
-        for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
-            let x = &seq[..l];
-            let y = seq[l] as usize;
-            // --- window codes: the 2H-1 tokens before each position, nearest first ---
-            // rolling without a division: drop the farthest digit, shift, add the nearest
-            wk.win[0] = self.n_w - 1;
-            for i in 1..=l {
-                let far = if i > self.digits {
-                    x[i - 1 - self.digits] as usize
-                } else {
-                    s
-                };
-                wk.win[i] = x[i - 1] as usize + p * (wk.win[i - 1] - far * top);
-            }
-            let qrow = self.wq_index[wk.win[l]] * nkw;
-            let erow = &self.e_tab[qrow..qrow + nkw];
-            // --- layer-2 attention of the query over the keys: looked up ---
-            let mut sum = T::zero();
-            for i in 0..l {
-                let key = if self.own_token {
-                    x[i] as usize + p * wk.win[i]
-                } else {
-                    wk.win[i]
-                };
-                let k = self.wk_index[key];
-                wk.kidx[i] = k;
-                wk.p[i] = erow[k as usize];
-                sum += wk.p[i];
-            }
-            yhat[..s].iter_mut().for_each(|v| *v = T::zero());
-            let inv = T::one() / sum;
-            for i in 0..l {
-                wk.p[i] *= inv;
-                yhat[x[i] as usize] += wk.p[i];
-            }
-            // --- loss and dL/dŷ (per sequence; the mean's 1/n comes below) ---
-            let (yh, gy, label) = (&yhat[..s], &mut g[..s], [Some(y)]);
-            let lo = match self.loss {
-                LossKind::Code => {
-                    loss::cross_entropy_probs_as_logits(gy, yh, &label, s, Reduction::Sum)
-                }
-                LossKind::Nll => {
-                    loss::cross_entropy_probs_floor(gy, yh, &label, s, Reduction::Sum, self.floor)
-                }
-            };
-            // exact for f32 too: the per-sequence loss is computed in T
-            wk.loss += T::of(lo.loss);
-            if let Some(o) = out.as_deref_mut() {
-                o[b * s..(b + 1) * s].copy_from_slice(&yhat[..s]);
-            }
-            if !self.grad {
-                continue;
-            }
-            // --- backward through the layer-2 softmax into the cells ---
-            // g_k − ⟨ŷ, g⟩ centred on the likeliest token: no cancellation once
-            // ŷ rounds to one-hot (softmax::centred_inner).
-            let (g_top, pg) = softmax::centred_inner(&g[..s], &yhat[..s]);
-            for k in 0..s {
-                g[k] = ((g[k] - g_top) - pg) * self.scale;
-            }
-            let drow = &mut wk.d_n[qrow..qrow + nkw];
-            for i in 0..l {
-                drow[wk.kidx[i] as usize] += wk.p[i] * g[x[i] as usize];
-            }
-        }
+/// Grows `v` to at least `n` zeros.
+fn grow<T: Float>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::zero());
     }
 }

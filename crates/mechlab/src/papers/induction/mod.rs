@@ -30,11 +30,13 @@ mod layer2;
 mod measure;
 pub mod probes;
 mod report;
+mod rows;
 pub mod simplified;
 pub(crate) mod task;
 mod train;
 mod verdicts;
 mod viewer;
+mod windows;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};

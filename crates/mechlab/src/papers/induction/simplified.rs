@@ -370,6 +370,33 @@ mod tests {
     }
 
     #[test]
+    fn each_token_set_gets_its_own_window_index() {
+        // three sets of the same shape in turn, twice (the model keeps two
+        // indexes): every loss and gradient equals a fresh model's, bit for bit
+        let cfg = SimplifiedConfig::default();
+        let sets: Vec<Vec<u8>> = (0..3)
+            .map(|k| {
+                (0..4 * 21)
+                    .map(|i| ((i * 7 + k * 5 + i / 3) % 3) as u8)
+                    .collect()
+            })
+            .collect();
+        let mut m = Simplified::<f64>::new(&cfg);
+        for _ in 0..2 {
+            for t in &sets {
+                let mut fresh = Simplified::<f64>::new(&cfg);
+                m.zero_grad();
+                assert_eq!(
+                    m.loss(t, 20, true).to_bits(),
+                    fresh.loss(t, 20, true).to_bits()
+                );
+                assert_eq!(m.w.grad(), fresh.w.grad());
+                assert_eq!(m.c.grad(), fresh.c.grad());
+            }
+        }
+    }
+
+    #[test]
     fn init_pattern_prefers_the_diagonal_distance() {
         let m = Simplified::<f64>::new(&SimplifiedConfig::default());
         let p = m.interior_pattern();
