@@ -22,18 +22,20 @@ for size in "6 8 10 $small" "1000 32 64 $large"; do
   "$py" - "$tmp/$1/rust.txt" "$tmp/$1/torch.txt" "$1 $2 $3" <<'PY'
 import sys
 def read(p):
-    loss, per = {}, {}
+    loss, per, share = {}, {}, {}
     for line in open(p):
         w = line.split()
         if w[1] == "step": loss.setdefault(w[0], []).append(float(w[4]))
         if w[1] == "threads": per[w[0]] = float(w[4])
-    return loss, per
-(lr, tr), (lt, tt) = read(sys.argv[1]), read(sys.argv[2])
+        if w[1] == "flops_per_step": share[w[0]] = (float(w[2]), float(w[4]), float(w[6]))
+    return loss, per, share
+(lr, tr, share), (lt, tt, _) = read(sys.argv[1]), read(sys.argv[2])
 for k in ("w", "kq"):
     err = max(abs(a - b) for a, b in zip(lr[k], lt[k]))
     print(f"{k}: max |loss difference| over the first 3 steps: {err:.2e}")
     assert len(lr[k]) == len(lt[k]) == 3 and err < 1e-12, "mechlab and PyTorch disagree"
     print(f"{k} (n, T, d = {sys.argv[3]}): mechlab {tr[k]*1e3:.4f} ms/step, "
-          f"PyTorch {tt[k]*1e3:.4f} ms/step, ratio {tt[k]/tr[k]:.1f}x")
+          f"PyTorch {tt[k]*1e3:.4f} ms/step, ratio {tt[k]/tr[k]:.1f}x; mechlab "
+          f"{share[k][0] / tr[k] / 1e9:.2f} GFLOP/s, {share[k][2]:.1f}% of the measured f64 matmul peak ({share[k][1]:.1f} GFLOP/s)")
 PY
 done

@@ -17,15 +17,19 @@ trap 'rm -rf "$tmp"' EXIT
 "$py" - "$tmp/rust.txt" "$tmp/torch.txt" "$vocab" <<'PY'
 import sys
 def read(p):
-    loss, per = [], None
+    loss, per, share = [], None, None
     for line in open(p):
         w = line.split()
         if w[0] == "epoch": loss.append(float(w[3]))
         if w[0] == "threads": per = float(w[3])
-    return loss, per
-(lr, tr), (lt, tt) = read(sys.argv[1]), read(sys.argv[2])
+        if w[0] == "flops_per_step": share = (float(w[1]), float(w[3]), float(w[5]))
+    return loss, per, share
+(lr, tr, share), (lt, tt, _) = read(sys.argv[1]), read(sys.argv[2])
 err = max(abs(a - b) for a, b in zip(lr, lt))
 print(f"S = {sys.argv[3]}: max |loss difference| over the first 3 epochs: {err:.2e}")
 assert err < 1e-9, "mechlab and PyTorch disagree"
 print(f"general path: mechlab {tr*1e3:.2f} ms/epoch, PyTorch {tt*1e3:.1f} ms/epoch, ratio {tt/tr:.1f}x")
+flops, peak, pct = share
+print(f"mechlab: {flops / tr / 1e9:.2f} GFLOP/s of model FLOPs ({flops:.3g} an epoch), "
+      f"{pct:.1f}% of the measured f64 matmul peak ({peak:.1f} GFLOP/s)")
 PY

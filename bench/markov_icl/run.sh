@@ -22,17 +22,20 @@ for dropout in 0 0.1; do
   "$py" - "$dir/rust.txt" "$dir/torch.txt" <<'PY'
 import sys
 def read(p):
-    loss, per = [], None
+    loss, per, share = [], None, None
     for line in open(p):
         w = line.split()
         if w[0] == "step": loss.append(float(w[3]))
         if w[0] == "threads": per = float(w[3])
-    return loss, per
-(lr, tr), (lt, tt) = read(sys.argv[1]), read(sys.argv[2])
+        if w[0] == "flops_per_step": share = (float(w[1]), float(w[3]), float(w[5]))
+    return loss, per, share
+(lr, tr, share), (lt, tt, _) = read(sys.argv[1]), read(sys.argv[2])
 err = max(abs(a - b) for a, b in zip(lr, lt))
 print(f"max |loss difference| over the first 3 steps: {err:.2e}")
 assert err < 1e-9, "mechlab and PyTorch disagree"
 print(f"mechlab {tr*1e3:.2f} ms/step, PyTorch {tt*1e3:.2f} ms/step, ratio {tt/tr:.1f}x; "
       f"the authors' 2 000 steps: mechlab {2000*tr:.1f} s, PyTorch {2000*tt:.1f} s")
+flops, peak, pct = share
+print(f"mechlab: {flops / tr / 1e9:.2f} GFLOP/s, {pct:.1f}% of the measured f64 matmul peak ({peak:.1f} GFLOP/s)")
 PY
 done

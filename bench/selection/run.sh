@@ -26,7 +26,9 @@ for k in ["loss", "grad_norm_E", "grad_norm_p", "grad_norm_v"]:
         ok &= rel(t[name][k]) < 1e-2
         line += f" | torch-{name} f32 rel err {rel(t[name][k]):.1e}"
     print(line)
-print(f"mechlab          {r['median_s']*1e3:9.1f} ms / step (median)")
+sh = r["share"].split()
+print(f"mechlab          {r['median_s']*1e3:9.1f} ms / step (median), {float(sh[1]) / r['median_s'] / 1e9:.2f} GFLOP/s "
+      f"= {float(sh[5]):.1f}% of the measured f32 matmul peak ({float(sh[3]):.1f} GFLOP/s)")
 for name in t:
     print(f"torch {name:10s} {t[name]['median_s']*1e3:9.1f} ms / step  -> mechlab is {t[name]['median_s']/r['median_s']:.1f}x faster")
 if not ok:

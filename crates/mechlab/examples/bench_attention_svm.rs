@@ -2,8 +2,8 @@
 //! model `f(X) = vᵀ Xᵀ softmax(X W z)` on the logistic loss, f64, in both
 //! parameterisations (`W`, and `W = K Qᵀ` with m = d).
 //! `bench_attention_svm N T D STEPS [DIR [SEED]]`: for each parameterisation prints the
-//! loss of each of the first three steps (for the PyTorch cross-check) and the mean
-//! seconds per step; with `DIR`, writes the data (`x.f64` `[n, T, d]`, `z.f64`
+//! loss of each of the first three steps (for the PyTorch cross-check), the mean
+//! seconds per step and its share of the f64 matrix-product peak; with `DIR`, writes the data (`x.f64` `[n, T, d]`, `z.f64`
 //! `[n, d]`, `y.f64` `[n]`, `v.f64` `[d]`) and the initial parameters (`w.f64`
 //! `[d, d]`, `k.f64`, `q.f64` `[d, d]`), little-endian, there; `SEED` (default 0)
 //! picks the data of `mechlab run attention-svm-* --seed SEED` at these sizes, so
@@ -17,6 +17,8 @@ use mechlab::train::{OptimizerKind, Trainable};
 use mechlab_engine::Parameters;
 use std::sync::Arc;
 use std::time::Instant;
+
+mod common;
 
 fn write(dir: &str, name: &str, x: &[f64]) {
     let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -70,5 +72,17 @@ fn main() {
             "{name} threads {} seconds_per_step {per:.9}",
             rayon::current_num_threads()
         );
+        let flops = step_flops(n, t, d, param == Param2::Kq);
+        println!("{name} {}", common::share_line::<f64>(flops, per));
     }
+}
+
+/// FLOPs of one step, 2 per multiply-add of the products (elementwise work not
+/// counted): per sample `W z` (`d²`) and the scores `X (W z)` (`T·d`) forward,
+/// `∂/∂(W z) = Xᵀ ∂s` (`T·d`) and `∂W += ∂(Wz) zᵀ` (`d²`) backward; with
+/// `W = K Qᵀ`, the product and its two gradients (`3·d³`) once per step.
+fn step_flops(n: usize, t: usize, d: usize, kq: bool) -> f64 {
+    let per_sample = 2 * (2 * d * d + 2 * t * d);
+    let kq = if kq { 2 * 3 * d * d * d } else { 0 };
+    (n * per_sample + kq) as f64
 }

@@ -1,13 +1,16 @@
 //! Times one full-batch epoch (forward + backward + SGD update) of the simplified
 //! induction model on 9 000 sequences of L = 100, S = 3 (the paper's setting).
 //! `bench_induction [epochs] [tokens_out]`: prints the loss after each of the first
-//! three epochs (for the PyTorch cross-check) and the mean seconds per epoch; with
+//! three epochs (for the PyTorch cross-check), the mean seconds per epoch and its
+//! share of the f64 matrix-product peak in model FLOPs (`common`); with
 //! `tokens_out`, writes the training tokens (`u8`, `[9000, 101]`) there.
 
 use mechlab::papers::induction::data::{generate, MarkovSpec};
 use mechlab::papers::induction::simplified::{Simplified, SimplifiedConfig};
 use mechlab_engine::Parameters;
 use std::time::Instant;
+
+mod common;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -43,4 +46,12 @@ fn main() {
         "threads {} seconds_per_epoch {per:.6}",
         rayon::current_num_threads()
     );
+    let active: Vec<usize> = m
+        .subsets
+        .iter()
+        .filter(|s| *s & 1 == 0)
+        .map(|s| s.count_ones() as usize)
+        .collect();
+    let flops = common::induction_epoch_flops(data.len(), 100, 3, &active);
+    println!("{}", common::share_line::<f64>(flops, per));
 }

@@ -2,13 +2,15 @@
 //! induction model on the general (direct) path: 9 000 sequences of L = 100,
 //! H = 3, D = 2, vocabulary S (default 10), code loss, f64.
 //! `bench_induction_general [epochs] [tokens_out] [S]`: prints the loss after each
-//! of the first three epochs (for the PyTorch cross-check) and the mean seconds
-//! per epoch; with `tokens_out`, writes the training tokens (`u8`, `[9000, 101]`).
+//! of the first three epochs (for the PyTorch cross-check), the mean seconds per
+//! epoch and its share of the f64 matrix-product peak in model FLOPs; with `tokens_out`, writes the training tokens (`u8`, `[9000, 101]`).
 
 use mechlab::papers::induction::data::{generate, MarkovSpec};
 use mechlab::papers::induction::direct::{Direct, DirectConfig};
 use mechlab_engine::Parameters;
 use std::time::Instant;
+
+mod common;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -49,4 +51,12 @@ fn main() {
         "threads {} seconds_per_epoch {per:.6}",
         rayon::current_num_threads()
     );
+    let active: Vec<usize> = m
+        .subsets
+        .iter()
+        .filter(|s| *s & 1 == 0)
+        .map(|s| s.count_ones() as usize)
+        .collect();
+    let flops = common::induction_epoch_flops(data.len(), 100, 3, &active);
+    println!("{}", common::share_line::<f64>(flops, per));
 }

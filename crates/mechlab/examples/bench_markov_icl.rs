@@ -1,8 +1,8 @@
 //! Times one training step (forward + backward + AdamW update) of the markov-icl
 //! model in the authors' setting: S = 2, T = 100, batch 64, d_model 16, one head
 //! per layer, f64. `bench_markov_icl [steps] [dir] [dropout]`: prints the loss of
-//! each of the first three steps (for the PyTorch cross-check) and the mean seconds
-//! per step; with `dir` (`-` for none), writes the batches of those three steps
+//! each of the first three steps (for the PyTorch cross-check), the mean seconds
+//! per step and its share of the f64 matrix-product peak; with `dir` (`-` for none), writes the batches of those three steps
 //! (`tokens.u8`, `[3, 64, 101]`) and the initial parameters in visit order
 //! (`params.f64`, little-endian) there. With `dropout` > 0 the steps train with
 //! the authors' dropout and weight decay (0.1, linear weights only), and with `dir` the masks of the first three steps go to
@@ -15,6 +15,8 @@ use mechlab::train::optim::{Hyper, Optimizer};
 use mechlab::train::OptimizerKind;
 use mechlab_engine::Parameters;
 use std::time::Instant;
+
+mod common;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -108,4 +110,20 @@ fn main() {
         "threads {} seconds_per_step {per:.6}",
         rayon::current_num_threads()
     );
+    println!(
+        "{}",
+        common::share_line::<f64>(step_flops(64, 100, 16, 2), per)
+    );
+}
+
+/// FLOPs of one step as mechlab executes it, 2 per multiply-add of the matrix
+/// products (elementwise work not counted): per sequence and layer the Q, K, V
+/// and output projections (`4·T·d²` multiply-adds) and, over the causal pairs
+/// only, the scores, the relative-position term and the value mixing (`3·d`
+/// each); the unembedding (`T·d·S`); the backward as twice the forward.
+fn step_flops(batch: usize, t: usize, d: usize, s: usize) -> f64 {
+    let pairs = t * (t + 1) / 2;
+    let layer = 4 * t * d * d + 3 * pairs * d;
+    let forward = 2 * (2 * layer + t * d * s);
+    3.0 * (batch * forward) as f64
 }

@@ -1,6 +1,7 @@
 //! Times one full-batch training step (forward and backward for E, p and v) of the
 //! token-selection model on IMDB-sized data, and writes the data, parameters, loss
-//! and gradient norms for `bench/selection/torch_step.py` to compare against.
+//! and gradient norms for `bench/selection/torch_step.py` to compare against, with
+//! the step's share of the f32 matrix-product peak.
 //!
 //! `cargo run --release --example bench_selection -- OUT_DIR [n T vocab d reps]`
 //! (defaults 25000 256 20000 256 20). Run with `RAYON_NUM_THREADS=2`.
@@ -13,6 +14,8 @@ use rand::Rng;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
+
+mod common;
 
 /// A plain little-endian dump that numpy reads with `fromfile`.
 fn write_raw<T: Copy, const B: usize>(
@@ -98,8 +101,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .sum::<f64>()
             .sqrt()
     };
+    // 2 per multiply-add of the step's products (elementwise work not counted):
+    // E·[p v] forward, the rank-2 ∂E and Eᵀ·[c_p c_v] backward (model.rs)
+    let flops = 12.0 * (vocab * d) as f64;
+    let share = common::share_line::<f32>(flops, median);
     let result = serde_json::json!({
-        "n": n, "T": t, "vocab": vocab, "d": d,
+        "n": n, "T": t, "vocab": vocab, "d": d, "share": share,
         "threads": rayon::current_num_threads(),
         "loss": loss, "grad_norm_E": norm(m.w_e.grad()), "grad_norm_p": norm(m.p.grad()), "grad_norm_v": norm(m.v.grad()),
         "median_s": median, "min_s": timed[0],
