@@ -51,12 +51,6 @@ fn main() {
         "threads {} seconds_per_epoch {per:.6}",
         rayon::current_num_threads()
     );
-    let active: Vec<usize> = m
-        .subsets
-        .iter()
-        .filter(|s| *s & 1 == 0)
-        .map(|s| s.count_ones() as usize)
-        .collect();
-    let flops = common::induction_epoch_flops(data.len(), 100, 3, &active);
+    let flops = common::induction_epoch_flops(data.len(), 100, 3, &m.subsets);
     println!("{}", common::share_line::<f64>(flops, per));
 }

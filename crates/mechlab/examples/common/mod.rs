@@ -15,8 +15,8 @@ pub fn share_line<T: Float>(flops: f64, seconds: f64) -> String {
 }
 
 /// Model FLOPs of one full-batch epoch of the simplified induction model, `n`
-/// sequences of `l` keys, `h` heads, `active` the sizes `|δ|` of the kernel's
-/// subsets without the raw token: the direct formulation's arithmetic per key
+/// sequences of `l` keys, `h` heads, `subsets` the kernel's subsets (bit masks;
+/// those without the raw token, bit 0, count): the direct formulation's arithmetic per key
 /// (layer 1: each head mixes its `h` distances, `2h`, and normalises, `3h`;
 /// layer 2: the inner product over a head's `≤ h` non-zero coordinates, `2h`,
 /// the kernel, `2|δ|` per subset, and softmax, mixing and the cross-entropy's
@@ -24,7 +24,12 @@ pub fn share_line<T: Float>(flops: f64, seconds: f64) -> String {
 /// this work across sequences and executes less, so for it this is an
 /// effective rate; the direct path executes about this.
 #[allow(dead_code)]
-pub fn induction_epoch_flops(n: usize, l: usize, h: usize, active: &[usize]) -> f64 {
-    let per_key = (7 * h * h + 2 * active.iter().sum::<usize>() + 6) as f64;
+pub fn induction_epoch_flops(n: usize, l: usize, h: usize, subsets: &[u32]) -> f64 {
+    let members: u32 = subsets
+        .iter()
+        .filter(|s| *s & 1 == 0)
+        .map(|s| s.count_ones())
+        .sum();
+    let per_key = (7 * h * h + 2 * members as usize + 6) as f64;
     3.0 * per_key * (n * l) as f64
 }
