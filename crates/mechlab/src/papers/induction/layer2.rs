@@ -330,13 +330,14 @@ impl<T: Float> Layer2<T> {
             floor,
             scale: T::one() / T::of_usize(n.max(1)),
             grad,
+            yhat_stride: if out.is_some() { s } else { 0 },
         };
         ctx.rows(
             0..self.nqw,
             &mut self.d_n,
             &mut self.part,
             &mut self.seq_loss[..n],
-            &mut self.seq_yhat[..n * s],
+            &mut self.seq_yhat[..n * ctx.yhat_stride],
         );
         // the losses chunk by chunk in sequence order, as the chunks summed them
         let mut total = T::zero();

@@ -31,6 +31,9 @@ pub(super) struct Ctx<'a, T> {
     pub floor: f64,
     pub scale: T,
     pub grad: bool,
+    /// `s` when the caller wants ŷ, else 0: a training step reads only the
+    /// losses, so its `yhat` slices are empty and nothing is copied.
+    pub yhat_stride: usize,
 }
 
 /// Rows per job below which [`Ctx::rows`] stops splitting.
@@ -56,14 +59,14 @@ impl<T: Float> Ctx<'_, T> {
             let (d0, d1) = d_n.split_at_mut(cells);
             let (p0, p1) = part.split_at_mut(cells);
             let (l0, l1) = loss.split_at_mut(seqs);
-            let (y0, y1) = yhat.split_at_mut(seqs * self.s);
+            let (y0, y1) = yhat.split_at_mut(seqs * self.yhat_stride);
             rayon::join(
                 || self.rows(rows.start..mid, d0, p0, l0, y0),
                 || self.rows(mid..rows.end, d1, p1, l1, y1),
             );
             return;
         }
-        let (nkw, rs) = (self.nkw, &self.index.row_start);
+        let (nkw, rs, ys) = (self.nkw, &self.index.row_start, self.yhat_stride);
         let base = rs[rows.start] as usize;
         for (j, q) in rows.enumerate() {
             let cells = j * nkw..(j + 1) * nkw;
@@ -73,7 +76,7 @@ impl<T: Float> Ctx<'_, T> {
                 &mut d_n[cells.clone()],
                 &mut part[cells],
                 &mut loss[seqs.clone()],
-                &mut yhat[seqs.start * self.s..seqs.end * self.s],
+                &mut yhat[seqs.start * ys..seqs.end * ys],
             );
         }
     }
@@ -118,7 +121,9 @@ impl<T: Float> Ctx<'_, T> {
             };
             // exact for f32 too: the per-sequence loss is computed in T
             loss_out[j] = T::of(lo.loss);
-            yhat_out[j * s..(j + 1) * s].copy_from_slice(&yhat[..s]);
+            if self.yhat_stride > 0 {
+                yhat_out[j * s..(j + 1) * s].copy_from_slice(&yhat[..s]);
+            }
             if !self.grad {
                 continue;
             }
