@@ -26,6 +26,7 @@ pub mod hooks;
 mod measure;
 pub mod minimal;
 pub mod model;
+mod pairs;
 pub mod phases;
 pub mod probes;
 mod report;

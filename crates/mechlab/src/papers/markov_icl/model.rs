@@ -29,6 +29,7 @@
 //! model side by side, with the dropout masks they share, read best together
 //! (llm.c style); its tests are in `model_tests.rs`.
 
+use super::pairs::{self, Keys};
 use mechlab_engine::layers::dropout::{self, Dropout, MAX_ITEMS};
 use mechlab_engine::layers::loss::{cross_entropy_logits, Reduction};
 use mechlab_engine::layers::{layernorm, linear, softmax};
@@ -414,11 +415,6 @@ fn fill_seq_masks<T: Float>(
     }
 }
 
-/// Packed index of the causal pair (i, j ≤ i) in a position mask.
-fn pair(i: usize, j: usize) -> usize {
-    i * (i + 1) / 2 + j
-}
-
 fn forward<T: Float>(
     dims: &Dims,
     p: &[Param<T>],
@@ -472,48 +468,26 @@ fn forward<T: Float>(
         let (q, k, v, z, pat) = (&w.q[l], &w.k[l], &w.v[l], &mut w.z[l], &mut w.pattern[l]);
         let ma = &w.m_attn[l];
         z.iter_mut().for_each(|x| *x = T::zero());
+        let keys = Keys {
+            k,
+            pos,
+            mask: pm,
+            d,
+            o: 0,
+            dh,
+        };
         for hd in 0..h {
-            let o = hd * dh;
+            let (o, keys) = (hd * dh, Keys { o: hd * dh, ..keys });
             for i in 0..t {
                 // pattern[hd, i, :]: [T], causal
                 let row = &mut pat[(hd * t + i) * t..(hd * t + i + 1) * t];
-                let qi = &q[i * d + o..i * d + o + dh];
-                for j in 0..=i {
-                    let kj = &k[j * d + o..j * d + o + dh];
-                    let pr = &pos[(i - j) * d + o..(i - j) * d + o + dh];
-                    let mut acc = T::zero();
-                    if let Some(pm) = pm {
-                        // p_{i−j} ⊙ the step's mask for the pair (i, j)
-                        let mm = &pm[pair(i, j) * d + o..pair(i, j) * d + o + dh];
-                        for e in 0..dh {
-                            acc += qi[e] * (kj[e] + pr[e] * mm[e]);
-                        }
-                    } else {
-                        for e in 0..dh {
-                            acc += qi[e] * (kj[e] + pr[e]);
-                        }
-                    }
-                    row[j] = acc * scale;
-                }
+                keys.scores(row, &q[i * d + o..], i, scale);
                 softmax::row_in_place(row, |j| j <= i);
-                let zi = &mut z[i * d + o..i * d + o + dh];
-                if w.drop_on {
-                    // z_i += (a_ij ⊙ mask_ij) v_j; the pattern keeps a_ij
-                    let mrow = &ma[(hd * t + i) * t..(hd * t + i) * t + i + 1];
-                    for j in 0..=i {
-                        let (a, vj) = (row[j] * mrow[j], &v[j * d + o..j * d + o + dh]);
-                        for e in 0..dh {
-                            zi[e] += a * vj[e];
-                        }
-                    }
-                } else {
-                    for j in 0..=i {
-                        let (a, vj) = (row[j], &v[j * d + o..j * d + o + dh]);
-                        for e in 0..dh {
-                            zi[e] += a * vj[e];
-                        }
-                    }
-                }
+                // z_i += (a_ij ⊙ mask_ij) v_j; the pattern keeps a_ij
+                let mrow = w
+                    .drop_on
+                    .then(|| &ma[(hd * t + i) * t..(hd * t + i) * t + i + 1]);
+                pairs::mix(&mut z[i * d + o..][..dh], v, &row[..=i], mrow, (d, o));
             }
         }
         // resid[l+1] = resid[l] + dropout(z · W_Oᵀ)
@@ -609,53 +583,28 @@ fn backward<T: Float>(
         let pm = drop.map(|(sd, _)| &sd.pos[l][..]);
         let (q, k, v, pat, ma) = (&w.q[l], &w.k[l], &w.v[l], &w.pattern[l], &w.m_attn[l]);
         let dpos = &mut g[li(l, 6)];
+        let keys = Keys {
+            k,
+            pos,
+            mask: pm,
+            d,
+            o: 0,
+            dh,
+        };
         for hd in 0..h {
-            let o = hd * dh;
+            let (o, keys) = (hd * dh, Keys { o: hd * dh, ..keys });
             for i in 0..t {
-                let row = &pat[(hd * t + i) * t..(hd * t + i + 1) * t];
-                let dzi = &w.dz[i * d + o..i * d + o + dh];
+                let row = &pat[(hd * t + i) * t..(hd * t + i) * t + i + 1];
                 // drow_j = (dz_i · v_j) m_ij, dv_j += a_ij m_ij dz_i (no m without dropout)
-                let mrow = if w.drop_on {
-                    &ma[(hd * t + i) * t..(hd * t + i) * t + i + 1]
-                } else {
-                    &ma[..0]
-                };
-                for j in 0..=i {
-                    let (vj, mut a) = (&v[j * d + o..j * d + o + dh], row[j]);
-                    if let Some(&m) = mrow.get(j) {
-                        a *= m;
-                    }
-                    let dvj = &mut w.dv[j * d + o..j * d + o + dh];
-                    let mut acc = T::zero();
-                    for e in 0..dh {
-                        acc += dzi[e] * vj[e];
-                        dvj[e] += a * dzi[e];
-                    }
-                    w.drow[j] = match mrow.get(j) {
-                        Some(&m) => acc * m,
-                        None => acc,
-                    };
-                }
-                softmax::backward_row_in_place(&mut w.drow[..=i], &row[..=i]);
-                let qi = &q[i * d + o..i * d + o + dh];
-                for j in 0..=i {
-                    let ds = w.drow[j] * scale;
-                    let r = (i - j) * d + o;
-                    if let Some(pm) = pm {
-                        let mm = &pm[pair(i, j) * d + o..pair(i, j) * d + o + dh];
-                        for e in 0..dh {
-                            w.dq[i * d + o + e] += ds * (k[j * d + o + e] + pos[r + e] * mm[e]);
-                            w.dk[j * d + o + e] += ds * qi[e];
-                            dpos[r + e] += ds * qi[e] * mm[e];
-                        }
-                    } else {
-                        for e in 0..dh {
-                            w.dq[i * d + o + e] += ds * (k[j * d + o + e] + pos[r + e]);
-                            w.dk[j * d + o + e] += ds * qi[e];
-                            dpos[r + e] += ds * qi[e];
-                        }
-                    }
-                }
+                let mrow = w
+                    .drop_on
+                    .then(|| &ma[(hd * t + i) * t..(hd * t + i) * t + i + 1]);
+                let dzi = &w.dz[i * d + o..][..dh];
+                pairs::mix_backward(&mut w.drow[..=i], &mut w.dv, v, dzi, row, mrow, (d, o));
+                softmax::backward_row_in_place(&mut w.drow[..=i], row);
+                w.drow[..=i].iter_mut().for_each(|x| *x *= scale);
+                let dqi = &mut w.dq[i * d + o..][..dh];
+                keys.scores_backward(dqi, &mut w.dk, dpos, &q[i * d + o..], i, &w.drow[..=i]);
             }
         }
         // d(ln): [T, D] from q, k, v

@@ -35,11 +35,20 @@ fn batch(n: usize) -> Vec<u8> {
 
 /// Without dropout, and with it at a fixed training step (the masks are then
 /// fixed, so the loss is a smooth function of the parameters), the backward
-/// matches central differences.
+/// matches central differences. Head widths 2 and 4 take the pair loops'
+/// run-time width, 8 and 16 their constant ones (`pairs.rs`).
 #[test]
 fn gradient_matches_finite_differences_in_f64() {
-    for (h, dropout) in [(1, 0.0), (2, 0.0), (1, 0.3), (2, 0.3)] {
+    for (d, h, dropout) in [
+        (4, 1, 0.0),
+        (4, 2, 0.0),
+        (4, 1, 0.3),
+        (4, 2, 0.3),
+        (16, 1, 0.0),
+        (16, 2, 0.3),
+    ] {
         let mut dm = dims(h);
+        dm.d_model = d;
         dm.dropout = dropout;
         let mut m = RpeTransformer::<f64>::new(&dm, &mut stream(3, Stream::Init))
             .unwrap()
@@ -55,7 +64,10 @@ fn gradient_matches_finite_differences_in_f64() {
             DEFAULT_H,
         );
         for (name, r) in results {
-            r.assert_below(1e-5, &format!("{name} (heads {h}, dropout {dropout})"));
+            r.assert_below(
+                1e-5,
+                &format!("{name} (d {d}, heads {h}, dropout {dropout})"),
+            );
         }
     }
 }
