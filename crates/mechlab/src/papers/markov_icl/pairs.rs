@@ -274,3 +274,123 @@ pub(super) fn mix<T: Float>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Every loop against the plain index loops it replaced, bit for bit, at
+    //! run-time widths (4, 12) and constant ones (8, 16), with and without masks.
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn draw(rng: &mut ChaCha8Rng, n: usize) -> Vec<f64> {
+        (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
+    }
+
+    #[test]
+    fn pair_loops_match_plain_loops_bit_for_bit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for (dh, h) in [(4, 1), (8, 2), (12, 1), (16, 2)] {
+            let (t, d) = (11, dh * h);
+            let (q, k, v, pos, dz) = (
+                draw(&mut rng, t * d),
+                draw(&mut rng, t * d),
+                draw(&mut rng, t * d),
+                draw(&mut rng, t * d),
+                draw(&mut rng, t * d),
+            );
+            let masks = draw(&mut rng, t * (t + 1) / 2 * d);
+            let arow = draw(&mut rng, t * t);
+            for mask in [None, Some(&masks[..])] {
+                for hd in 0..h {
+                    let o = hd * dh;
+                    let keys = Keys {
+                        k: &k,
+                        pos: &pos,
+                        mask,
+                        d,
+                        o,
+                        dh,
+                    };
+                    let (mut dq, mut dk, mut dp) =
+                        (vec![0.5; d], vec![0.25; t * d], vec![0.0; t * d]);
+                    let (mut dq0, mut dk0, mut dp0) = (dq.clone(), dk.clone(), dp.clone());
+                    let (mut z, mut dv) = (vec![0.0; dh], vec![0.1; t * d]);
+                    let (mut z0, mut dv0) = (z.clone(), dv.clone());
+                    for i in 0..t {
+                        let mp = |j: usize| mask.map(|m| &m[(i * (i + 1) / 2 + j) * d + o..][..dh]);
+                        let a = &arow[i * t..i * t + i + 1];
+                        let am = mask.map(|m| &m[i * t..i * t + i + 1]);
+                        // scores
+                        let mut row = vec![0.0; t];
+                        keys.scores(&mut row, &q[i * d + o..], i, 0.25);
+                        for j in 0..=i {
+                            let mut acc = 0.0;
+                            for e in 0..dh {
+                                let p = match mp(j) {
+                                    Some(m) => pos[(i - j) * d + o + e] * m[e],
+                                    None => pos[(i - j) * d + o + e],
+                                };
+                                acc += q[i * d + o + e] * (k[j * d + o + e] + p);
+                            }
+                            assert_eq!(
+                                row[j].to_bits(),
+                                (acc * 0.25).to_bits(),
+                                "score dh {dh} i {i} j {j}"
+                            );
+                        }
+                        // the backward of the scores
+                        let ds = &row[..=i];
+                        keys.scores_backward(
+                            &mut dq[o..o + dh],
+                            &mut dk,
+                            &mut dp,
+                            &q[i * d + o..],
+                            i,
+                            ds,
+                        );
+                        for (j, &g) in ds.iter().enumerate() {
+                            for e in 0..dh {
+                                let (kk, pp, qq) =
+                                    (k[j * d + o + e], pos[(i - j) * d + o + e], q[i * d + o + e]);
+                                match mp(j) {
+                                    Some(m) => {
+                                        dq0[o + e] += g * (kk + pp * m[e]);
+                                        dk0[j * d + o + e] += g * qq;
+                                        dp0[(i - j) * d + o + e] += g * qq * m[e];
+                                    }
+                                    None => {
+                                        dq0[o + e] += g * (kk + pp);
+                                        dk0[j * d + o + e] += g * qq;
+                                        dp0[(i - j) * d + o + e] += g * qq;
+                                    }
+                                }
+                            }
+                        }
+                        // the value mixing and its backward
+                        mix(&mut z, &v, a, am, (d, o));
+                        let mut out = vec![0.0; i + 1];
+                        mix_backward(&mut out, &mut dv, &v, &dz[i * d + o..][..dh], a, am, (d, o));
+                        for j in 0..=i {
+                            let aj = am.map_or(a[j], |m| a[j] * m[j]);
+                            let mut acc = 0.0;
+                            for e in 0..dh {
+                                z0[e] += aj * v[j * d + o + e];
+                                acc += dz[i * d + o + e] * v[j * d + o + e];
+                                dv0[j * d + o + e] += aj * dz[i * d + o + e];
+                            }
+                            let acc = am.map_or(acc, |m| acc * m[j]);
+                            assert_eq!(out[j].to_bits(), acc.to_bits(), "dz·v dh {dh} i {i} j {j}");
+                        }
+                    }
+                    let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&dq), bits(&dq0), "dq dh {dh}");
+                    assert_eq!(bits(&dk), bits(&dk0), "dk dh {dh}");
+                    assert_eq!(bits(&dp), bits(&dp0), "dpos dh {dh}");
+                    assert_eq!(bits(&z), bits(&z0), "z dh {dh}");
+                    assert_eq!(bits(&dv), bits(&dv0), "dv dh {dh}");
+                }
+            }
+        }
+    }
+}
