@@ -173,6 +173,7 @@ impl Attention {
         }
         let scale = T::of(self.scale);
         let (ldqk, ldv) = (nh * dqk, nh * dv);
+        let only_causal = ex.key_mask.is_none() && ex.mask.is_none();
         for h in 0..nh {
             let pat = &mut pattern[h * tq * tk..(h + 1) * tq * tk];
             let (qh, kh, vh) = (&q[h * dqk..], &k[h * dqk..], &v[h * dv..]);
@@ -200,7 +201,21 @@ impl Attention {
                         let b = &b[(h * tq + i) * tk..(h * tq + i) * tk + n];
                         row.iter_mut().zip(b).for_each(|(x, &bj)| *x += bj);
                     }
-                    softmax::row_in_place(row, |j| self.allowed(ex, h, i, j));
+                    if only_causal {
+                        // the kept keys are a prefix: the softmax over it alone gives
+                        // the same numbers (masked keys only add zeros to the sum)
+                        // without a branch per key
+                        let kept = if self.causal {
+                            (i + tk + 1).saturating_sub(tq).min(n)
+                        } else {
+                            n
+                        };
+                        let (kept, masked) = row.split_at_mut(kept);
+                        softmax::row_in_place(kept, |_| true);
+                        masked.iter_mut().for_each(|x| *x = T::zero());
+                    } else {
+                        softmax::row_in_place(row, |j| self.allowed(ex, h, i, j));
+                    }
                 }
                 // z[i, h] = pat[i, :n] · v[:n, h]
                 matmul_strided(
