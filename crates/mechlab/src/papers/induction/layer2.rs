@@ -11,8 +11,9 @@
 //! products once per (head, query code, code), and the logit `N(q, k)` and its
 //! `exp` once per (query window, key window) cell; a sequence then costs one
 //! lookup per key, and its backward adds `∂L/∂s_l` into that key's cell. The
-//! cells' gradients go back to `a`, `c` and the `v` tables once per step, and each
-//! model takes its own layer 1 from `v` back to its parameters.
+//! cells' gradients go back to `a`, `c` and the `v` tables once per step (in
+//! parallel jobs, [`super::cells`]), and each model takes its own layer 1 from `v`
+//! back to its parameters.
 //!
 //! The kernel: `s_l = a Σ_δ c_δ² Π_{c∈δ} ReLU⟨z_L^c, z_l^c⟩ / Σ_{δ_0=0} c_δ²` over
 //! the subsets `δ` without the raw-token component (the query's raw token is zero),
@@ -36,6 +37,7 @@ use mechlab_engine::parallel::{self, sized_chunk_range, sized_chunks};
 use mechlab_engine::{Float, Param};
 use rayon::prelude::*;
 
+use super::cells::{Cells, Plan};
 use super::rows::Ctx;
 use super::windows::{Coding, IndexCache};
 
@@ -64,6 +66,27 @@ pub fn subsets(n_heads: usize, degree: usize) -> Vec<u32> {
             (0..n).fold(0u32, |m, k| m | (((code >> (n - 1 - k)) & 1) << k))
         })
         .filter(|m| (m.count_ones() as usize) <= degree)
+        .collect()
+}
+
+/// The kernel's subsets without the raw-token component: for each, its index
+/// in `subsets`, its member heads and how many there are.
+pub(super) fn active_subsets(subsets: &[u32], h: usize) -> Vec<(usize, [u8; 16], usize)> {
+    subsets
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| *m & 1 == 0)
+        .map(|(i, m)| {
+            let mut mem = [0u8; 16];
+            let mut k = 0;
+            for hd in 0..h {
+                if m & (1 << (hd + 1)) != 0 {
+                    mem[k] = hd as u8;
+                    k += 1;
+                }
+            }
+            (i, mem, k)
+        })
         .collect()
 }
 
@@ -120,6 +143,7 @@ pub(crate) struct Layer2<T> {
     /// `[H, C, S]`: the head outputs `z^h` of every code.
     pub v_tab: Vec<T>,
     ip_raw: Vec<T>, // [H, NQ, C]: ⟨z_L^h, z^h⟩ before the ReLU
+    ip: Vec<T>,     // [H, NQ, C]: after the ReLU
     n_tab: Vec<T>,  // [NQW, NKW]: N(q, k) = Σ_δ c_δ² K_δ
     e_tab: Vec<T>,  // [NQW, NKW]: exp(a N / Z − row max)
     d_n: Vec<T>,    // [NQW, NKW]
@@ -127,6 +151,8 @@ pub(crate) struct Layer2<T> {
     /// `[H, C, S]`: `∂L/∂v_tab`.
     pub dv_tab: Vec<T>,
     sk_tot: Vec<T>,                        // [n_sub]
+    c2: Vec<T>,                            // [n_sub]: c_δ²
+    plan: Plan,                            // how the cell backward splits
     active: Vec<(usize, [u8; 16], usize)>, // (subset index, members, |δ|) with δ_0 = 0
     /// `[NQW, NKW]`: each row's partial of the current work chunk.
     part: Vec<T>,
@@ -184,25 +210,11 @@ impl<T: Float> Layer2<T> {
             .flat_map(|&k| (0..h).map(move |hd| (k, hd)))
             .map(|(k, hd)| k % off + off * band(k / off, hd))
             .collect();
-        let active = subsets
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| *m & 1 == 0)
-            .map(|(i, m)| {
-                let mut mem = [0u8; 16];
-                let mut k = 0;
-                for hd in 0..h {
-                    if m & (1 << (hd + 1)) != 0 {
-                        mem[k] = hd as u8;
-                        k += 1;
-                    }
-                }
-                (i, mem, k)
-            })
-            .collect();
+        let active = active_subsets(subsets, h);
         let z = |n: usize| vec![T::zero(); n];
         let nq = q_code.len();
         let cells = wq_list.len() * wk_list.len();
+        let plan = Plan::new(&qw_head, h, nq, &active);
         Layer2 {
             h,
             s,
@@ -218,12 +230,15 @@ impl<T: Float> Layer2<T> {
             kw_head,
             v_tab: z(h * nc * s),
             ip_raw: z(h * nq * nc),
+            ip: z(h * nq * nc),
             n_tab: z(cells),
             e_tab: z(cells),
             d_n: z(cells),
             d_ip: z(h * nq * nc),
             dv_tab: z(h * nc * s),
             sk_tot: z(subsets.len()),
+            c2: z(subsets.len()),
+            plan,
             active,
             part: z(cells),
             seq_loss: Vec::new(),
@@ -256,10 +271,13 @@ impl<T: Float> Layer2<T> {
                 }
             }
         }
+        for (o, &v) in self.ip.iter_mut().zip(&self.ip_raw) {
+            *o = v.max(T::zero());
+        }
         let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
         let az = a / z;
-        let (ip_raw, qw_head, kw_head, active) =
-            (&self.ip_raw, &self.qw_head, &self.kw_head, &self.active);
+        let (ip_tab, qw_head, kw_head, active) =
+            (&self.ip, &self.qw_head, &self.kw_head, &self.active);
         self.n_tab
             .par_chunks_mut(nkw)
             .zip(self.e_tab.par_chunks_mut(nkw))
@@ -271,7 +289,7 @@ impl<T: Float> Layer2<T> {
                 for kw in 0..nkw {
                     let kh = &kw_head[kw * h..(kw + 1) * h];
                     for hd in 0..h {
-                        ip[hd] = ip_raw[(hd * nq + qh[hd]) * nc + kh[hd]].max(T::zero());
+                        ip[hd] = ip_tab[(hd * nq + qh[hd]) * nc + kh[hd]];
                     }
                     let mut num = T::zero();
                     for (si, mem, k) in active {
@@ -378,45 +396,25 @@ impl<T: Float> Layer2<T> {
         let z: T = self.active.iter().map(|(i, _, _)| cv[*i] * cv[*i]).sum();
         let av = a.value()[0];
         let az = av / z;
-        let mut sn = T::zero();
-        self.sk_tot.iter_mut().for_each(|x| *x = T::zero());
-        self.d_ip.iter_mut().for_each(|x| *x = T::zero());
-        let (mut ip, mut at) = ([T::zero(); 16], [0usize; 16]);
-        for qw in 0..self.nqw {
-            let qh = &self.qw_head[qw * h..(qw + 1) * h];
-            for kw in 0..nkw {
-                let d = self.d_n[qw * nkw + kw];
-                if d == T::zero() {
-                    continue;
-                }
-                sn += d * self.n_tab[qw * nkw + kw];
-                let kh = &self.kw_head[kw * h..(kw + 1) * h];
-                for hd in 0..h {
-                    at[hd] = (hd * nq + qh[hd]) * nc + kh[hd];
-                    ip[hd] = self.ip_raw[at[hd]].max(T::zero());
-                }
-                for (si, mem, k) in &self.active {
-                    let c2 = cv[*si] * cv[*si];
-                    let mut kern = T::one();
-                    for &mm in &mem[..*k] {
-                        kern *= ip[mm as usize];
-                    }
-                    self.sk_tot[*si] += d * kern;
-                    for (i1, &mm) in mem[..*k].iter().enumerate() {
-                        if ip[mm as usize] <= T::zero() {
-                            continue; // ReLU
-                        }
-                        let mut rest = c2;
-                        for (i2, &m2) in mem[..*k].iter().enumerate() {
-                            if i1 != i2 {
-                                rest *= ip[m2 as usize];
-                            }
-                        }
-                        self.d_ip[at[mm as usize]] += d * az * rest;
-                    }
-                }
-            }
+        for (c2, &v) in self.c2.iter_mut().zip(cv) {
+            *c2 = v * v;
         }
+        let cells = Cells {
+            h,
+            nq,
+            nc,
+            nkw,
+            qw_head: &self.qw_head,
+            kw_head: &self.kw_head,
+            ip: &self.ip,
+            n_tab: &self.n_tab,
+            d_n: &self.d_n,
+            active: &self.active,
+            c2: &self.c2,
+            az,
+            plan: &self.plan,
+        };
+        let sn = cells.backward(&mut self.sk_tot, &mut self.d_ip);
         let [train_c, train_a] = train;
         if train_a {
             a.grad_mut()[0] += sn / z;

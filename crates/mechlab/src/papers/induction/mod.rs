@@ -18,6 +18,7 @@
 
 pub mod analysis;
 pub mod causal;
+mod cells;
 mod chi2;
 pub mod config;
 pub mod data;
