@@ -341,7 +341,6 @@ impl<T: Float> Layer2<T> {
             s,
             l,
             nkw,
-            tokens,
             index,
             e_tab: &self.e_tab,
             loss,
@@ -374,7 +373,8 @@ impl<T: Float> Layer2<T> {
         }
         if n > 0 {
             let erow = &self.e_tab[index.qrow[0] as usize * nkw..][..nkw];
-            let kidx = &index.kidx[..l];
+            let at = index.pos[0] as usize;
+            let kidx = &index.kidx[at * l..(at + 1) * l];
             let mut sum = T::zero();
             for &k in kidx {
                 sum += erow[k as usize];

@@ -24,7 +24,6 @@ pub(super) struct Ctx<'a, T> {
     pub s: usize,
     pub l: usize,
     pub nkw: usize,
-    pub tokens: &'a [u8],
     pub index: &'a WindowIndex,
     pub e_tab: &'a [T],
     pub loss: LossKind,
@@ -88,7 +87,8 @@ impl<T: Float> Ctx<'_, T> {
         let (s, l, nkw) = (self.s, self.l, self.nkw);
         let ix = self.index;
         let erow = &self.e_tab[q * nkw..(q + 1) * nkw];
-        let seqs = &ix.order[ix.row_start[q] as usize..ix.row_start[q + 1] as usize];
+        let first = ix.row_start[q] as usize;
+        let seqs = &ix.order[first..ix.row_start[q + 1] as usize];
         let mut yhat = [T::zero(); 64];
         let mut g = [T::zero(); 64];
         if self.grad {
@@ -96,11 +96,10 @@ impl<T: Float> Ctx<'_, T> {
             part.iter_mut().for_each(|x| *x = T::zero());
         }
         for (j, &b) in seqs.iter().enumerate() {
-            let b = b as usize;
-            let seq = &self.tokens[b * (l + 1)..(b + 1) * (l + 1)];
-            let x = &seq[..l];
-            let y = seq[l] as usize;
-            let kidx = &ix.kidx[b * l..(b + 1) * l];
+            let (b, at) = (b as usize, first + j);
+            let x = &ix.keys[at * l..(at + 1) * l];
+            let y = ix.label[at] as usize;
+            let kidx = &ix.kidx[at * l..(at + 1) * l];
             // --- layer-2 attention of the query over the keys: looked up ---
             let mut sum = T::zero();
             for &k in kidx {

@@ -5,7 +5,9 @@
 //! its own token in the full model), and full-batch training feeds the same
 //! tokens every step. So [`WindowIndex`] keeps, per sequence, the compact
 //! query-window row and every key's compact key-window column, and the sequences
-//! sorted by query row (stably: a row's sequences keep their order). A step then
+//! sorted by query row (stably: a row's sequences keep their order). The keys'
+//! columns and tokens are stored in that sorted order, so a row's job reads them
+//! as one stream instead of a few cache lines from anywhere in the data. A step then
 //! gives each query row to one job, with that row of the `exp` table and of the
 //! gradient hot in L1, instead of giving each chunk of sequences a whole
 //! gradient table to fill and reduce.
@@ -32,8 +34,12 @@ pub(crate) struct WindowIndex {
     pub n: usize,
     /// `[n]`: the compact query-window row of each sequence.
     pub qrow: Vec<u32>,
-    /// `[n, l]`: the compact key-window column of each key.
+    /// `[n, l]`: the compact key-window column of each key, the sequences in
+    /// `order` (a row's job then reads its keys as one stream).
     pub kidx: Vec<u16>,
+    /// `[n, l]` and `[n]`: each sequence's key tokens and target, also in `order`.
+    pub keys: Vec<u8>,
+    pub label: Vec<u8>,
     /// `[n]`: the sequences sorted by (query row, index).
     pub order: Vec<u32>,
     /// `[n]`: where each sequence sits in `order`.
@@ -72,13 +78,11 @@ impl WindowIndex {
         self.l = l;
         self.n = n;
         self.qrow.resize(n, 0);
-        self.kidx.resize(n * l, 0);
         self.first_win.resize(l + 1, 0);
         let mut win = vec![0usize; l + 1];
-        for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
-            let x = &seq[..l];
-            // the 2H-1 tokens before each position, nearest first; rolling without
-            // a division: drop the farthest digit, shift, add the nearest
+        // the 2H-1 tokens before each position, nearest first; rolling without a
+        // division: drop the farthest digit, shift, add the nearest
+        let roll = |x: &[u8], win: &mut [usize]| {
             win[0] = n_w - 1;
             for i in 1..=l {
                 let far = if i > c.digits {
@@ -88,18 +92,13 @@ impl WindowIndex {
                 };
                 win[i] = x[i - 1] as usize + p * (win[i - 1] - far * top);
             }
+        };
+        for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
+            roll(&seq[..l], &mut win);
             if b == 0 {
                 self.first_win.copy_from_slice(&win);
             }
             self.qrow[b] = c.wq_index[win[l]] as u32;
-            for i in 0..l {
-                let key = if c.own_token {
-                    x[i] as usize + p * win[i]
-                } else {
-                    win[i]
-                };
-                self.kidx[b * l + i] = c.wk_index[key] as u16;
-            }
         }
         // counting sort by row: stable, so each row's sequences keep their order
         self.row_start.clear();
@@ -118,6 +117,25 @@ impl WindowIndex {
             self.order[at] = b as u32;
             self.pos[b] = at as u32;
             next[q as usize] += 1;
+        }
+        // the keys, each sequence at its place in `order`
+        self.kidx.resize(n * l, 0);
+        self.keys.resize(n * l, 0);
+        self.label.resize(n, 0);
+        for (b, seq) in tokens.chunks_exact(l + 1).enumerate() {
+            let x = &seq[..l];
+            roll(x, &mut win);
+            let at = self.pos[b] as usize;
+            for i in 0..l {
+                let key = if c.own_token {
+                    x[i] as usize + p * win[i]
+                } else {
+                    win[i]
+                };
+                self.kidx[at * l + i] = c.wk_index[key] as u16;
+            }
+            self.keys[at * l..(at + 1) * l].copy_from_slice(x);
+            self.label[at] = seq[l];
         }
     }
 }
