@@ -40,6 +40,33 @@ pub(super) struct Keys<'a, T> {
     pub dh: usize,
 }
 
+/// `$body` with the constant `$n` bound to the head width `$dh` when it is a
+/// common one (8, 16, 32), else to 0, which the workers read as "use the run-time
+/// width". A const-generic function cannot be passed as a value, so each
+/// dispatcher names its worker here once instead of once per width.
+macro_rules! by_width {
+    ($dh:expr, $n:ident => $body:expr) => {
+        match $dh {
+            8 => {
+                const $n: usize = 8;
+                $body
+            }
+            16 => {
+                const $n: usize = 16;
+                $body
+            }
+            32 => {
+                const $n: usize = 32;
+                $body
+            }
+            _ => {
+                const $n: usize = 0;
+                $body
+            }
+        }
+    };
+}
+
 impl<'a, T: Float> Keys<'a, T> {
     /// The head width as the loops see it: `N` when the caller matched it (a
     /// constant the loops unroll and vectorise over), else `dh`.
@@ -65,12 +92,7 @@ impl<'a, T: Float> Keys<'a, T> {
 
     /// `row[j] = q_i·(k_j + p_{i−j} (⊙ m_ij)) · scale` for `j ≤ i`.
     pub fn scores(&self, row: &mut [T], qi: &[T], i: usize, scale: T) {
-        match self.dh {
-            8 => self.scores_w::<8>(row, qi, i, scale),
-            16 => self.scores_w::<16>(row, qi, i, scale),
-            32 => self.scores_w::<32>(row, qi, i, scale),
-            _ => self.scores_w::<0>(row, qi, i, scale),
-        }
+        by_width!(self.dh, N => self.scores_w::<N>(row, qi, i, scale))
     }
 
     fn scores_w<const N: usize>(&self, row: &mut [T], qi: &[T], i: usize, scale: T) {
@@ -117,12 +139,7 @@ impl<'a, T: Float> Keys<'a, T> {
         ds: &[T],
     ) {
         let args = (dqi, dk, dpos, qi, i, ds);
-        match self.dh {
-            8 => self.scores_backward_w::<8>(args),
-            16 => self.scores_backward_w::<16>(args),
-            32 => self.scores_backward_w::<32>(args),
-            _ => self.scores_backward_w::<0>(args),
-        }
+        by_width!(self.dh, N => self.scores_backward_w::<N>(args))
     }
 
     #[allow(clippy::type_complexity)]
@@ -200,12 +217,7 @@ pub(super) fn mix_backward<T: Float>(
     mask: Option<&[T]>,
     at: (usize, usize),
 ) {
-    match dz.len() {
-        8 => mix_backward_w::<T, 8>(out, dv, v, dz, a, mask, at),
-        16 => mix_backward_w::<T, 16>(out, dv, v, dz, a, mask, at),
-        32 => mix_backward_w::<T, 32>(out, dv, v, dz, a, mask, at),
-        _ => mix_backward_w::<T, 0>(out, dv, v, dz, a, mask, at),
-    }
+    by_width!(dz.len(), N => mix_backward_w::<T, N>(out, dv, v, dz, a, mask, at))
 }
 
 fn mix_backward_w<T: Float, const N: usize>(
