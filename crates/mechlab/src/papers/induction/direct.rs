@@ -31,7 +31,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::config::ModelKind;
-use super::layer2::{subsets, LossKind};
+use super::layer2::{active_subsets, subsets, LossKind};
 use mechlab_engine::layers::loss::{self, Reduction};
 use mechlab_engine::parallel::{self, N_CHUNKS};
 use mechlab_engine::{param, Float, Param, Parameters};
@@ -178,22 +178,7 @@ impl<T: Float> Direct<T> {
         }
         let subsets = subsets(h, cfg.degree);
         let n_sub = subsets.len();
-        let active = subsets
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| *m & 1 == 0)
-            .map(|(i, m)| {
-                let mut mem = [0u8; 16];
-                let mut k = 0;
-                for hd in 0..h {
-                    if m & (1 << (hd + 1)) != 0 {
-                        mem[k] = hd as u8;
-                        k += 1;
-                    }
-                }
-                (i, mem, k)
-            })
-            .collect();
+        let active = active_subsets(&subsets, h);
         let full = (cfg.kind == ModelKind::Full).then(|| {
             let mut eye = vec![T::zero(); h * s * s];
             for hd in 0..h {
