@@ -20,6 +20,7 @@
 // Index loops read like the equations here.
 #![allow(clippy::needless_range_loop)]
 
+use super::layer2::product;
 use mechlab_engine::Float;
 use rayon::prelude::*;
 
@@ -154,11 +155,7 @@ impl<T: Float> Cells<'_, T> {
                 sn += d * n;
                 let kh = &self.kw_head[kw * h..(kw + 1) * h];
                 for (si, mem, k) in self.active {
-                    let mut kern = T::one();
-                    for &m in &mem[..*k] {
-                        let m = m as usize;
-                        kern *= self.ip[base[m] + kh[m]];
-                    }
+                    let kern = product(T::one(), mem, *k, |m| self.ip[base[m] + kh[m]]);
                     sk_tot[*si] += d * kern;
                 }
             }
@@ -187,11 +184,7 @@ impl<T: Float> Cells<'_, T> {
                 }
                 let mut acc = out[kh[hd]];
                 for (si, others, k) in terms {
-                    let mut rest = self.c2[*si];
-                    for &m2 in &others[..*k] {
-                        let m2 = m2 as usize;
-                        rest *= self.ip[base[m2] + kh[m2]];
-                    }
+                    let rest = product(self.c2[*si], others, *k, |m| self.ip[base[m] + kh[m]]);
                     acc += d * self.az * rest;
                 }
                 out[kh[hd]] = acc;

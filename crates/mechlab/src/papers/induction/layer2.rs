@@ -90,6 +90,27 @@ pub(super) fn active_subsets(subsets: &[u32], h: usize) -> Vec<(usize, [u8; 16],
         .collect()
 }
 
+/// `init · f(m_0) · f(m_1) ⋯` over a subset's first `k` members, multiplied
+/// left to right: the loop `for m in members { v *= f(m) }`, with the one- and
+/// two-member products written out so the per-cell loops over the tables run
+/// straight-line code (the members' count varies per subset, which kept the
+/// compiler from unrolling the loop). Same operations in the same order, so
+/// the same bits.
+#[inline(always)]
+pub(super) fn product<T: Float>(
+    init: T,
+    members: &[u8; 16],
+    k: usize,
+    f: impl Fn(usize) -> T,
+) -> T {
+    match k {
+        0 => init,
+        1 => init * f(members[0] as usize),
+        2 => init * f(members[0] as usize) * f(members[1] as usize),
+        _ => members[..k].iter().fold(init, |v, &m| v * f(m as usize)),
+    }
+}
+
 /// Human name of a subset: the parent distances its heads copy at initialisation,
 /// e.g. `{1,2}`; `{x}` marks the raw-token component.
 pub fn subset_name(mask: u32, n_heads: usize) -> String {
@@ -293,11 +314,7 @@ impl<T: Float> Layer2<T> {
                     }
                     let mut num = T::zero();
                     for (si, mem, k) in active {
-                        let mut v = c[*si] * c[*si];
-                        for &mm in &mem[..*k] {
-                            v *= ip[mm as usize];
-                        }
-                        num += v;
+                        num += product(c[*si] * c[*si], mem, *k, |m| ip[m]);
                     }
                     n_row[kw] = num;
                     mx = mx.max(az * num);
