@@ -1,4 +1,4 @@
-//! Matrix products through the `gemm` crate, on row-major slices.
+//! Matrix products through the `gemm` project's f32 and f64 crates, on row-major slices.
 //!
 //! Layers call [`matmul`] inside per-sample (or per-chunk) work that `rayon` already
 //! spreads over the cores, so the product itself runs single-threaded by default;
