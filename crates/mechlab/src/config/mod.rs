@@ -240,9 +240,18 @@ pub fn apply_override(table: &mut Table, arg: &str) -> Result<(), ConfigError> {
 
 /// Parses TOML text, naming `file` (and the line, as the parser reports it) on error.
 pub fn parse(text: &str, file: &str) -> Result<Table, ConfigError> {
-    toml::from_str::<Table>(text).map_err(|e| ConfigError::Parse {
-        file: file.to_string(),
-        message: one_line(&e.to_string()),
+    toml::from_str::<Table>(text).map_err(|e| {
+        let mut message = one_line(&e.to_string());
+        // The parser's reason can be bare ("duplicate key"): name the text it
+        // points at, which its source excerpt showed and `one_line` drops.
+        let at = e.span().and_then(|s| text.get(s)).unwrap_or("");
+        if !at.is_empty() && at.len() <= 40 && !at.contains('\n') && !message.contains(at) {
+            message = format!("{message}, at `{at}`");
+        }
+        ConfigError::Parse {
+            file: file.to_string(),
+            message,
+        }
     })
 }
 
@@ -391,5 +400,18 @@ mod tests {
             .to_string();
         assert!(e.starts_with("my.toml:"), "{e}");
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn a_duplicate_key_is_named() {
+        // The parser says only "duplicate key"; the message adds the key it points at.
+        let e = parse("seed = 0\n[train]\nlr = 1\nlr = 2\n", "my.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("my.toml:"), "{e}");
+        assert!(
+            e.contains("line 4") && e.contains("duplicate key, at `lr`"),
+            "{e}"
+        );
     }
 }
