@@ -38,7 +38,7 @@ pub fn forward<T: Float>(p: &mut [T], z: &[T], mask: Option<&[bool]>, rows: usiz
     for r in 0..rows {
         let row = &mut p[r * cols..(r + 1) * cols];
         match mask {
-            None => row_in_place(row, |_| true),
+            None => dense_row_in_place(row),
             Some(m) if m.len() == cols => row_in_place(row, |j| m[j]),
             Some(m) => {
                 assert_eq!(
@@ -79,6 +79,73 @@ pub fn row_in_place<T: Float>(row: &mut [T], keep: impl Fn(usize) -> bool) {
             m = v;
         }
     }
+    normalise(row, m, keep);
+}
+
+/// [`row_in_place`] with every entry kept: the same numbers, its maximum taken
+/// in independent lanes ([`max_in_lanes`]) instead of one compare chain.
+pub fn dense_row_in_place<T: Float>(row: &mut [T]) {
+    // row: [C] -> row: [C]
+    let m = max_in_lanes(row);
+    normalise(row, m, |_| true);
+}
+
+/// The largest entry that is not NaN (`−∞` if none), as one in-order compare
+/// chain finds it, but in 16 independent lanes that the compiler can vectorise:
+/// the maximum of a set does not depend on the order it is read in. Only the sign
+/// of a zero maximum can differ (−0 and +0 compare equal), and `v − m` then equals
+/// `v` or is a zero whose `exp` is 1 either way, so the softmax is bit-identical.
+pub fn max_in_lanes<T: Float>(row: &[T]) -> T {
+    if row.len() < SHORT {
+        return row
+            .iter()
+            .fold(T::neg_infinity(), |m, &v| if v > m { v } else { m });
+    }
+    let mut lanes = [T::neg_infinity(); 16];
+    let mut chunks = row.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = if v > *l { v } else { *l };
+        }
+    }
+    let mut m = T::neg_infinity();
+    for &v in lanes.iter().chain(chunks.remainder()) {
+        if v > m {
+            m = v;
+        }
+    }
+    m
+}
+
+/// What the compare chain `m = 0; for j { if p[j] > p[m] { m = j } }` finds (the
+/// first largest entry, NaNs skipped; 0 when `p[0]` is NaN or `p` is empty), from
+/// the maximum in lanes ([`max_in_lanes`]) and then the first entry equal to it:
+/// two passes the compiler can vectorise or end early, instead of one chain.
+pub fn first_argmax<T: Float>(p: &[T]) -> usize {
+    if p.len() < SHORT {
+        let mut m = 0;
+        for (j, &pj) in p.iter().enumerate() {
+            if pj > p[m] {
+                m = j;
+            }
+        }
+        return m;
+    }
+    match p.first() {
+        Some(p0) if !p0.is_nan() => {
+            let top = max_in_lanes(p);
+            p.iter().position(|&v| v == top).unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+/// Rows shorter than this take the single compare chain: the lanes' setup and
+/// second pass cost more than they save there (induction's rows have 2–10 entries).
+const SHORT: usize = 32;
+
+/// The rest of a row's softmax once its largest kept entry `m` is known.
+fn normalise<T: Float>(row: &mut [T], m: T, keep: impl Fn(usize) -> bool) {
     if m == T::neg_infinity() {
         row.iter_mut().for_each(|v| *v = T::zero());
         return;
@@ -109,12 +176,7 @@ pub fn backward_row_in_place<T: Float>(g: &mut [T], p: &[T]) {
 /// if tied): the backward's inner product, centred where it would cancel.
 pub fn centred_inner<T: Float>(g: &[T], p: &[T]) -> (T, T) {
     // g: [C], p: [C]
-    let mut m = 0;
-    for (j, &pj) in p.iter().enumerate() {
-        if pj > p[m] {
-            m = j;
-        }
-    }
+    let m = first_argmax(p);
     let Some(&at_max) = g.get(m) else {
         return (T::zero(), T::zero());
     };
@@ -235,5 +297,80 @@ mod tests {
         let mut dz = [0.0f32; 4];
         backward(&mut dz, &[1.0, 0.0, 0.0, 0.0], &p, 1, 4);
         assert!(dz.iter().sum::<f32>().abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_dense_row_is_the_kept_row_bit_for_bit() {
+        // Rows of every length around the 16 lanes, drawn from a small set so that
+        // ties (±0 among them), −∞, +∞ and NaN all occur, in f32 and f64.
+        let vals = [
+            0.0,
+            -0.0,
+            1.5,
+            -2.0,
+            3.25,
+            3.25,
+            f64::NEG_INFINITY,
+            -1e30,
+            7.0,
+        ];
+        let mut state = 12345u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as usize
+        };
+        for len in 0..70 {
+            for trial in 0..20 {
+                let mut row: Vec<f64> = (0..len).map(|_| vals[next() % vals.len()]).collect();
+                if trial % 5 == 4 && len > 0 {
+                    let at = next() % len;
+                    row[at] = if trial % 2 == 0 {
+                        f64::NAN
+                    } else {
+                        f64::INFINITY
+                    };
+                }
+                let mut a = row.clone();
+                let mut b = row.clone();
+                row_in_place(&mut a, |_| true);
+                dense_row_in_place(&mut b);
+                let bits = |r: &[f64]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "f64 row {row:?}");
+                let row32: Vec<f32> = row.iter().map(|&x| x as f32).collect();
+                let (mut a, mut b) = (row32.clone(), row32.clone());
+                row_in_place(&mut a, |_| true);
+                dense_row_in_place(&mut b);
+                let bits = |r: &[f32]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "f32 row {row32:?}");
+            }
+        }
+        // the first largest entry, as the compare chain finds it
+        let chain = |p: &[f64]| {
+            let mut m = 0;
+            for (j, &pj) in p.iter().enumerate() {
+                if pj > p[m] {
+                    m = j;
+                }
+            }
+            m
+        };
+        for len in 0..70 {
+            for trial in 0..20 {
+                let mut p: Vec<f64> = (0..len).map(|_| vals[next() % vals.len()]).collect();
+                if trial % 4 == 3 && len > 0 {
+                    let at = if trial % 8 == 3 { 0 } else { next() % len };
+                    p[at] = f64::NAN;
+                }
+                assert_eq!(first_argmax(&p), chain(&p), "{p:?}");
+            }
+        }
+        // the largest non-NaN entry, wherever it sits among the lanes
+        let mut row = vec![-5.0f32; 37];
+        row[29] = 2.0;
+        row[3] = f32::NAN;
+        assert_eq!(max_in_lanes(&row), 2.0);
+        assert_eq!(max_in_lanes::<f32>(&[]), f32::NEG_INFINITY);
     }
 }
