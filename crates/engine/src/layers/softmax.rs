@@ -301,8 +301,9 @@ mod tests {
 
     #[test]
     fn the_dense_row_is_the_kept_row_bit_for_bit() {
-        // Rows of every length around the 16 lanes, drawn from a small set so that
-        // ties (±0 among them), −∞, +∞ and NaN all occur, in f32 and f64.
+        // Rows of every length across the chain / lanes threshold (SHORT) and the
+        // 16 lanes, drawn from a small set so that ties (±0 among them), −∞, +∞
+        // and NaN all occur, in f32 and f64.
         let vals = [
             0.0,
             -0.0,
