@@ -211,7 +211,7 @@ impl Attention {
                             n
                         };
                         let (kept, masked) = row.split_at_mut(kept);
-                        softmax::dense_row_in_place(kept);
+                        softmax::row_in_place(kept, |_| true);
                         masked.iter_mut().for_each(|x| *x = T::zero());
                     } else {
                         softmax::row_in_place(row, |j| self.allowed(ex, h, i, j));

@@ -38,7 +38,7 @@ pub fn forward<T: Float>(p: &mut [T], z: &[T], mask: Option<&[bool]>, rows: usiz
     for r in 0..rows {
         let row = &mut p[r * cols..(r + 1) * cols];
         match mask {
-            None => dense_row_in_place(row),
+            None => row_in_place(row, |_| true),
             Some(m) if m.len() == cols => row_in_place(row, |j| m[j]),
             Some(m) => {
                 assert_eq!(
@@ -73,44 +73,46 @@ pub fn backward<T: Float>(dz: &mut [T], dp: &[T], p: &[T], rows: usize, cols: us
 /// become `0`. A row with nothing kept (or only `−∞` kept) becomes all zeros.
 pub fn row_in_place<T: Float>(row: &mut [T], keep: impl Fn(usize) -> bool) {
     // row: [C] -> row: [C]
-    let mut m = T::neg_infinity();
-    for (j, &v) in row.iter().enumerate() {
-        if keep(j) && v > m {
-            m = v;
-        }
-    }
+    let m = max_kept(row, &keep);
     normalise(row, m, keep);
 }
 
-/// [`row_in_place`] with every entry kept: the same numbers, its maximum taken
-/// in independent lanes ([`max_in_lanes`]) instead of one compare chain.
-pub fn dense_row_in_place<T: Float>(row: &mut [T]) {
-    // row: [C] -> row: [C]
-    let m = max_in_lanes(row);
-    normalise(row, m, |_| true);
+/// The largest entry that is not NaN (`−∞` if none): [`max_kept`] keeping all.
+pub fn max_in_lanes<T: Float>(row: &[T]) -> T {
+    max_kept(row, |_| true)
 }
 
-/// The largest entry that is not NaN (`−∞` if none), as one in-order compare
-/// chain finds it, but in 16 independent lanes that the compiler can vectorise:
-/// the maximum of a set does not depend on the order it is read in. Only the sign
-/// of a zero maximum can differ (−0 and +0 compare equal), and `v − m` then equals
-/// `v` or is a zero whose `exp` is 1 either way, so the softmax is bit-identical.
-pub fn max_in_lanes<T: Float>(row: &[T]) -> T {
+/// The largest kept entry that is not NaN (`−∞` if none), as one in-order
+/// compare chain finds it, but in 16 independent lanes that the compiler can
+/// vectorise: the maximum of a set does not depend on the order it is read in.
+/// Only the sign of a zero maximum can differ (−0 and +0 compare equal), and
+/// `v − m` then equals `v` or is a zero whose `exp` is 1 either way, so the
+/// softmax is bit-identical. Rows under [`SHORT`] entries take the chain.
+fn max_kept<T: Float>(row: &[T], keep: impl Fn(usize) -> bool) -> T {
+    let mut m = T::neg_infinity();
     if row.len() < SHORT {
-        return row
-            .iter()
-            .fold(T::neg_infinity(), |m, &v| if v > m { v } else { m });
+        for (j, &v) in row.iter().enumerate() {
+            if keep(j) && v > m {
+                m = v;
+            }
+        }
+        return m;
     }
     let mut lanes = [T::neg_infinity(); 16];
     let mut chunks = row.chunks_exact(16);
-    for c in &mut chunks {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l = if v > *l { v } else { *l };
+    for (c, chunk) in (&mut chunks).enumerate() {
+        for (i, (l, &v)) in lanes.iter_mut().zip(chunk).enumerate() {
+            *l = if keep(c * 16 + i) && v > *l { v } else { *l };
         }
     }
-    let mut m = T::neg_infinity();
-    for &v in lanes.iter().chain(chunks.remainder()) {
+    for &v in &lanes {
         if v > m {
+            m = v;
+        }
+    }
+    let base = row.len() - chunks.remainder().len();
+    for (i, &v) in chunks.remainder().iter().enumerate() {
+        if keep(base + i) && v > m {
             m = v;
         }
     }
@@ -140,8 +142,9 @@ pub fn first_argmax<T: Float>(p: &[T]) -> usize {
     }
 }
 
-/// Rows shorter than this take the single compare chain: the lanes' setup and
-/// second pass cost more than they save there (induction's rows have 2–10 entries).
+/// Rows shorter than this take the single compare chain: the lanes' setup (and
+/// [`first_argmax`]'s second pass) cost more than they save there (induction's
+/// rows have 2–10 entries).
 const SHORT: usize = 32;
 
 /// The rest of a row's softmax once its largest kept entry `m` is known.
@@ -300,10 +303,10 @@ mod tests {
     }
 
     #[test]
-    fn the_dense_row_is_the_kept_row_bit_for_bit() {
+    fn the_lanes_give_the_chains_numbers_bit_for_bit() {
         // Rows of every length across the chain / lanes threshold (SHORT) and the
         // 16 lanes, drawn from a small set so that ties (±0 among them), −∞, +∞
-        // and NaN all occur, in f32 and f64.
+        // and NaN all occur, in f32 and f64, with and without a mask.
         let vals = [
             0.0,
             -0.0,
@@ -322,6 +325,16 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (state >> 33) as usize
         };
+        // the softmax as one compare chain finds the maximum
+        fn chain<T: Float>(row: &mut [T], keep: impl Fn(usize) -> bool) {
+            let mut m = T::neg_infinity();
+            for (j, &v) in row.iter().enumerate() {
+                if keep(j) && v > m {
+                    m = v;
+                }
+            }
+            normalise(row, m, keep);
+        }
         for len in 0..70 {
             for trial in 0..20 {
                 let mut row: Vec<f64> = (0..len).map(|_| vals[next() % vals.len()]).collect();
@@ -333,18 +346,19 @@ mod tests {
                         f64::INFINITY
                     };
                 }
+                let mask: Vec<bool> = (0..len).map(|_| trial % 2 == 0 || next() % 3 > 0).collect();
                 let mut a = row.clone();
                 let mut b = row.clone();
-                row_in_place(&mut a, |_| true);
-                dense_row_in_place(&mut b);
+                chain(&mut a, |j| mask[j]);
+                row_in_place(&mut b, |j| mask[j]);
                 let bits = |r: &[f64]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&a), bits(&b), "f64 row {row:?}");
+                assert_eq!(bits(&a), bits(&b), "f64 row {row:?} mask {mask:?}");
                 let row32: Vec<f32> = row.iter().map(|&x| x as f32).collect();
                 let (mut a, mut b) = (row32.clone(), row32.clone());
-                row_in_place(&mut a, |_| true);
-                dense_row_in_place(&mut b);
+                chain(&mut a, |j| mask[j]);
+                row_in_place(&mut b, |j| mask[j]);
                 let bits = |r: &[f32]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&a), bits(&b), "f32 row {row32:?}");
+                assert_eq!(bits(&a), bits(&b), "f32 row {row32:?} mask {mask:?}");
             }
         }
         // the first largest entry, as the compare chain finds it
