@@ -77,7 +77,8 @@ pub fn row_in_place<T: Float>(row: &mut [T], keep: impl Fn(usize) -> bool) {
     normalise(row, m, keep);
 }
 
-/// The largest entry that is not NaN (`−∞` if none): [`max_kept`] keeping all.
+/// The largest entry that is not NaN (`−∞` if none), taken in 16 independent
+/// lanes as [`row_in_place`] takes its maximum (rows under 32 entries: one chain).
 pub fn max_in_lanes<T: Float>(row: &[T]) -> T {
     max_kept(row, |_| true)
 }
