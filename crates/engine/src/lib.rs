@@ -41,7 +41,8 @@
 //! [`gradcheck`] (finite-difference checks, also for model tests in other crates),
 //! [`precision`] (working precision against the double-double, at saturation),
 //! [`simd`] (vectorised `f32` exp, softmax row and GELU for inference, bit-identical
-//! on every instruction set) and [`parallel`] (fixed-chunk rayon helpers whose
+//! on every instruction set), [`packed`] (an inference linear map whose weight is
+//! packed once for an AVX-512 product kernel) and [`parallel`] (fixed-chunk rayon helpers whose
 //! results do not depend on the thread count, and the batching constants every
 //! model uses).
 //!
@@ -82,6 +83,7 @@ pub mod gradcheck;
 pub mod hooks;
 pub mod layers;
 pub mod matmul;
+pub mod packed;
 pub mod parallel;
 pub mod param;
 pub mod precision;

@@ -4,8 +4,9 @@
 //! A batch is split into a fixed number of contiguous chunks
 //! ([`crate::parallel::for_each_chunk`]); each chunk owns a [`Workspace`] whose
 //! buffers are sized once for its sequences, so nothing is allocated per layer.
-//! A chunk's sequences are stacked `[n·T, D]` for the row-wise layers (one `gemm`
-//! per weight matrix, packed once) and split for attention. At every [`Site`] the forward hands the sequence's activation to a tap,
+//! A chunk's sequences are stacked `[n·T, D]` for the row-wise layers (one product
+//! per weight matrix, whose weights [`PackedLinear`] packed once at load) and split
+//! for attention. At every [`Site`] the forward hands the sequence's activation to a tap,
 //! which may read it (the activation cache) or overwrite it (interventions); when
 //! a tap changes an attention pattern, `z` is computed from the changed pattern.
 //! Sequences do not interact; chunks hold a fixed number of sequences, so results
@@ -19,8 +20,9 @@
 //! ```
 
 use super::{BertConfig, BertError, BertWeights};
-use crate::layers::{embedding, layernorm, linear};
+use crate::layers::{embedding, layernorm};
 use crate::matmul::{matmul_strided, Op};
+use crate::packed::PackedLinear;
 use crate::simd;
 use std::path::Path;
 
@@ -237,11 +239,23 @@ impl Workspace {
     }
 }
 
-/// The encoder: config, weights and one workspace per chunk.
+/// The encoder: config, weights (read-only once loaded: the linear maps run on
+/// packed copies of them) and one workspace per chunk.
 pub struct Bert {
     pub config: BertConfig,
-    pub weights: BertWeights,
+    weights: BertWeights,
+    linears: Vec<LayerLinears>,
     pub(super) workspaces: Vec<Workspace>,
+}
+
+/// One layer's linear maps, packed at construction ([`PackedLinear`]).
+struct LayerLinears {
+    q: PackedLinear,
+    k: PackedLinear,
+    v: PackedLinear,
+    o: PackedLinear,
+    mlp_in: PackedLinear,
+    mlp_out: PackedLinear,
 }
 
 /// A tap sees each site's activation of one sequence (its index in the chunk)
@@ -257,18 +271,37 @@ impl Bert {
     }
 
     pub fn new(config: BertConfig, weights: BertWeights) -> Self {
+        let (d, m) = (config.d_model, config.d_mlp);
+        let linears = weights
+            .layers
+            .iter()
+            .map(|lw| LayerLinears {
+                q: PackedLinear::new(&lw.wq, Some(&lw.bq), d, d),
+                k: PackedLinear::new(&lw.wk, Some(&lw.bk), d, d),
+                v: PackedLinear::new(&lw.wv, Some(&lw.bv), d, d),
+                o: PackedLinear::new(&lw.wo, Some(&lw.bo), d, d),
+                mlp_in: PackedLinear::new(&lw.w_in, Some(&lw.b_in), m, d),
+                mlp_out: PackedLinear::new(&lw.w_out, Some(&lw.b_out), d, m),
+            })
+            .collect();
         Bert {
             config,
             weights,
+            linears,
             workspaces: Vec::new(),
         }
+    }
+
+    /// The parameters as loaded.
+    pub fn weights(&self) -> &BertWeights {
+        &self.weights
     }
 
     /// The forward pass of `n` sequences of `t` tokens stacked in `tokens`
     /// (`[n, T]`) into `ws` (the output in [`Workspace::output`], `[n·T, D]`),
     /// calling `tap(site, sequence, activation)` at every site in forward order.
     /// Row-wise layers (linear maps, layer norms, GELU) run on all `n·T` rows at
-    /// once, so each weight matrix is packed once per chunk; attention runs per
+    /// once; attention runs per
     /// sequence. `tokens` are already checked against the vocabulary and the
     /// context length.
     pub fn forward_chunk(&self, ws: &mut Workspace, tokens: &[u32], n: usize, tap: &mut Tap<'_>) {
@@ -276,13 +309,7 @@ impl Bert {
         let w = &self.weights;
         let t = tokens.len() / n.max(1);
         ws.ensure(cfg, n, t);
-        let (d, h, dh, m, eps) = (
-            cfg.d_model,
-            cfg.n_heads,
-            cfg.d_head(),
-            cfg.d_mlp,
-            cfg.layer_norm_eps,
-        );
+        let (d, h, dh, eps) = (cfg.d_model, cfg.n_heads, cfg.d_head(), cfg.layer_norm_eps);
         let r = n * t;
         for (i, &tok) in tokens.iter().enumerate() {
             ws.ids[i] = tok as usize;
@@ -310,14 +337,14 @@ impl Bert {
         layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &w.emb_ln_g, &w.emb_ln_b, r, d, eps);
         each(Site::FullEmbed, &mut ws.resid);
         let (td, htt) = (t * d, h * t * t);
-        for (l, lw) in w.layers.iter().enumerate() {
+        for (l, (lw, lin)) in w.layers.iter().zip(&self.linears).enumerate() {
             each(Site::ResidPre(l), &mut ws.resid);
             // q, k, v: [n·T, D] = [n, T, H, d_head]
-            linear::forward(&mut ws.q, &ws.resid, &lw.wq, Some(&lw.bq), r, d, d);
+            lin.q.forward(&mut ws.q, &ws.resid, r);
             each(Site::Q(l), &mut ws.q);
-            linear::forward(&mut ws.k, &ws.resid, &lw.wk, Some(&lw.bk), r, d, d);
+            lin.k.forward(&mut ws.k, &ws.resid, r);
             each(Site::K(l), &mut ws.k);
-            linear::forward(&mut ws.v, &ws.resid, &lw.wv, Some(&lw.bv), r, d, d);
+            lin.v.forward(&mut ws.v, &ws.resid, r);
             each(Site::V(l), &mut ws.v);
             // per sequence: pattern [H, T, T]; z [T, H, d_head] from the pattern as
             // the tap leaves it (an intervention on the pattern reaches z)
@@ -346,7 +373,7 @@ impl Bert {
             }
             each(Site::Z(l), &mut ws.z);
             // attn_out: [n·T, D]
-            linear::forward(&mut ws.attn_out, &ws.z, &lw.wo, Some(&lw.bo), r, d, d);
+            lin.o.forward(&mut ws.attn_out, &ws.z, r);
             each(Site::AttnOut(l), &mut ws.attn_out);
             for i in 0..r * d {
                 ws.mid[i] = ws.attn_out[i] + ws.resid[i];
@@ -363,19 +390,11 @@ impl Bert {
             );
             each(Site::NormResidMid(l), &mut ws.mid_norm);
             // pre, post: [n·T, d_mlp]
-            linear::forward(&mut ws.pre, &ws.mid_norm, &lw.w_in, Some(&lw.b_in), r, d, m);
+            lin.mlp_in.forward(&mut ws.pre, &ws.mid_norm, r);
             each(Site::MlpPre(l), &mut ws.pre);
             simd::gelu_erf(&mut ws.post, &ws.pre);
             each(Site::MlpPost(l), &mut ws.post);
-            linear::forward(
-                &mut ws.mlp_out,
-                &ws.post,
-                &lw.w_out,
-                Some(&lw.b_out),
-                r,
-                m,
-                d,
-            );
+            lin.mlp_out.forward(&mut ws.mlp_out, &ws.post, r);
             each(Site::MlpOut(l), &mut ws.mlp_out);
             for i in 0..r * d {
                 ws.sum[i] = ws.mlp_out[i] + ws.mid_norm[i];

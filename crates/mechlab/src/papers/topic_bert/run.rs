@@ -159,7 +159,7 @@ fn embeddings(
         .enumerate()
         .map(|(k, (_, topics))| {
             embedding_probe(
-                &bert.weights.word,
+                &bert.weights().word,
                 bert.config.d_model,
                 &vocab_topics(tok, v, index, topics),
                 cfg.probe.random_pairs,
