@@ -40,7 +40,7 @@ pub fn bert_model(data: &[u8]) {
     let loaded = Bert::load(&dir).expect("a folder whose parts parse loads");
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(
-        bits(&loaded.weights.word),
+        bits(&loaded.weights().word),
         bits(&w.word),
         "folder and bytes loads differ"
     );
