@@ -2,16 +2,17 @@
 //! an `f32` AVX-512 product kernel: the BERT encoder's linear maps.
 //!
 //! Why by hand: `gemm` (0.19) has no way to keep an operand packed between calls,
-//! and on this project's processor (AMD EPYC, Zen 5, 512-bit FMA) its
-//! single-threaded `f32` products at BERT's shapes ran well below what the FMA
-//! units allow. Measured in one sitting on the 2-core machine (2026-12-04, one
-//! thread, rows `m = 1024`, GFLOP/s): a register-only FMA loop 257; `gemm` 79 at
-//! `in = 384, out = 1536`, 174 at `1536 → 384`, 194 at `384 → 384` (storing `W`
-//! transposed changed nothing); the plain kernel below 249, 242 and 248. What the
-//! kernel needs is small, so it is written here with `std::arch` intrinsics rather
-//! than pulled from a crate; without AVX-512 (or off x86-64) [`PackedLinear`] keeps
-//! `W` as given and calls [`crate::layers::linear::forward`] (`gemm`), and a test
-//! compares the two paths.
+//! so every product re-packs the weight. Packing once at load and running a
+//! plain register-blocked kernel over the panels is a little faster.
+//! Measured on the 2-core machine (2026-12-04, `cargo run --release --example
+//! bench_packed`, one thread, 1 024 rows, GFLOP/s, `gemm` through the engine's
+//! `linear::forward` → packed): 229 → 250 at `in = 384, out = 1536`, 215 → 255 at
+//! `1536 → 384`, 239 → 256 at `384 → 384` (1.07–1.18×); a whole BERT pass
+//! (`bench_bert --speed`, 2 threads, four interleaved pairs against the code
+//! before) 1.98 → 1.81 s, medians (1.09×). The kernel is small, so it is written
+//! here with `std::arch` intrinsics rather than pulled from a crate; without
+//! AVX-512 (or off x86-64) [`PackedLinear`] keeps `W` as given and calls
+//! [`crate::layers::linear::forward`] (`gemm`), and a test compares the two paths.
 //!
 //! **Layout.** `W` (`[out, in]`, as PyTorch stores it) becomes `⌈out/32⌉` panels of
 //! `[in, 32]`, the last zero-padded; the bias is padded alike. The kernel keeps a
