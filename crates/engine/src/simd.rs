@@ -13,6 +13,13 @@
 //! on AVX-512, AVX2 and SSE2 machines** (tested by running each path this
 //! processor supports on the same inputs).
 //!
+//! The same dispatch serves code outside this module: [`widest`] runs a closure
+//! compiled for the widest level, so a generic hot loop elsewhere (the induction
+//! tables' per-cell and per-key loops) gets the wide registers and the newer
+//! instructions (masked selects, gathers) without being written per level, and
+//! with the same bits. `MECHLAB_SIMD=baseline` (or `avx2`) caps the level for a
+//! whole process, which is how a test compares a run at each level.
+//!
 //! `exp` is Cody–Waite range reduction `x = k·ln2 + r`, `|r| ≤ ln2/2`, with `ln2`
 //! split in two so `k·ln2_hi` is exact, and the degree-7 Taylor polynomial of
 //! `e^r` (truncation below 6·10⁻⁹ relative); the result is within 2 ulp of the
@@ -28,39 +35,50 @@
 //! assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
 //! ```
 
-/// The instruction set these kernels run at on this processor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The instruction set these kernels run at on this processor, narrowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
-    Avx512,
-    Avx2,
     Baseline,
+    Avx2,
+    Avx512,
 }
 
-/// The widest level this processor supports, detected once.
+/// The widest level this processor supports, detected once, and capped by the
+/// environment variable `MECHLAB_SIMD` (`avx512`, `avx2` or `baseline`; other
+/// values are ignored) when it names a narrower one: every level computes the
+/// same bits, and the cap is how a test (or a doubting user) shows it.
 pub fn level() -> Level {
     use std::sync::OnceLock;
     static LEVEL: OnceLock<Level> = OnceLock::new();
     *LEVEL.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // every feature the wide path is compiled with, not only AVX-512F
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Level::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Level::Avx2;
-            }
-        }
-        Level::Baseline
+        let cap = match std::env::var("MECHLAB_SIMD").as_deref().map(str::trim) {
+            Ok(v) if v.eq_ignore_ascii_case("baseline") => Level::Baseline,
+            Ok(v) if v.eq_ignore_ascii_case("avx2") => Level::Avx2,
+            _ => Level::Avx512,
+        };
+        detected().min(cap)
     })
+}
+
+fn detected() -> Level {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // every feature the wide path is compiled with, not only AVX-512F
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Level::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Level::Avx2;
+        }
+    }
+    Level::Baseline
 }
 
 /// Every level this processor can run (for tests that compare the paths).
@@ -70,6 +88,47 @@ pub fn supported_levels() -> Vec<Level> {
         Level::Avx2 => vec![Level::Avx2, Level::Baseline],
         Level::Baseline => vec![Level::Baseline],
     }
+}
+
+/// Runs `f` with its body compiled for the instruction set of `at` (which this
+/// processor must support): the way to give a hot loop that is generic (over
+/// [`crate::Float`], over a model) the wide registers without writing it three
+/// times. Mark the closure `#[inline(always)]` (else it may be compiled apart,
+/// at the baseline) and so the loop's helpers: what is inlined into it is
+/// compiled under `#[target_feature]`; anything called out of line runs at the
+/// baseline. Rust contracts no `a·b + c` into an FMA and
+/// the compiler reorders no float sum, so every level computes the same bits.
+#[inline(always)]
+pub fn at_level<R>(at: Level, f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+        fn wide<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn mid<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        assert!(
+            supported_levels().contains(&at),
+            "{at:?} is not supported here"
+        );
+        match at {
+            // SAFETY: `at` is one of the levels detected on this processor.
+            Level::Avx512 => return unsafe { wide(f) },
+            Level::Avx2 => return unsafe { mid(f) },
+            Level::Baseline => {}
+        }
+    }
+    let _ = at;
+    f()
+}
+
+/// [`at_level`] at this processor's widest [`level`].
+#[inline(always)]
+pub fn widest<R>(f: impl FnOnce() -> R) -> R {
+    at_level(level(), f)
 }
 
 /// Defines `pub fn $name(args)` dispatching on [`level`], and `$name_at(level, args)`
@@ -232,6 +291,34 @@ multiversion!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loop of the kind `at_level` is for: a gather, products, a select and
+    /// a running sum, over f64.
+    #[inline(always)]
+    fn mixed(x: &[f64], idx: &[usize]) -> f64 {
+        let mut acc = 0.0;
+        for (i, &k) in idx.iter().enumerate() {
+            let p = x[k] * x[i % x.len()] * 1.000_000_1;
+            acc += if k % 3 == 0 { p } else { -0.5 * p };
+        }
+        acc
+    }
+
+    #[test]
+    fn at_level_computes_the_same_bits_at_every_level() {
+        let x: Vec<f64> = (0..97).map(|i| (i as f64 * 0.37).sin() * 1e3).collect();
+        let idx: Vec<usize> = (0..1000).map(|i| (i * 31 + 7) % 97).collect();
+        let plain = mixed(&x, &idx);
+        for at in supported_levels() {
+            let v = at_level(
+                at,
+                #[inline(always)]
+                || mixed(&x, &idx),
+            );
+            assert_eq!(v.to_bits(), plain.to_bits(), "{at:?}");
+        }
+        assert_eq!(widest(|| mixed(&x, &idx)).to_bits(), plain.to_bits());
+    }
 
     fn inputs() -> Vec<f32> {
         let mut xs: Vec<f32> = (-90_000..=88_000).map(|i| i as f32 * 1e-3).collect();
