@@ -25,6 +25,7 @@ mod reliability;
 mod saturation;
 mod selection;
 mod selection_reference;
+mod simd_levels;
 mod slurm;
 mod topic;
 mod topic_bert;

@@ -21,7 +21,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::layer2::product;
-use mechlab_engine::Float;
+use mechlab_engine::{simd, Float};
 use rayon::prelude::*;
 
 /// Most heads a window can hold (the tables' `[_; 16]` rows).
@@ -138,6 +138,14 @@ impl<T: Float> Cells<'_, T> {
     /// `Σ d N` (returned) and each active subset's `Σ d K_δ` into `sk_tot`
     /// (`K_δ = Π_{c∈δ} ip_c`), over all cells in row order.
     fn sums(&self, sk_tot: &mut [T]) -> T {
+        simd::widest(
+            #[inline(always)]
+            || self.sums_body(sk_tot),
+        )
+    }
+
+    #[inline(always)]
+    fn sums_body(&self, sk_tot: &mut [T]) -> T {
         let (h, nkw) = (self.h, self.nkw);
         sk_tot.iter_mut().for_each(|x| *x = T::zero());
         let mut sn = T::zero();
@@ -166,6 +174,14 @@ impl<T: Float> Cells<'_, T> {
     /// Row `r = hd · NQ + q` of `∂L/∂ip` (`[C]`): the cells of the query windows
     /// whose head-`hd` code is `q`, ascending, each cell's subsets in order.
     fn ip_row(&self, hd: usize, r: usize, out: &mut [T]) {
+        simd::widest(
+            #[inline(always)]
+            || self.ip_row_body(hd, r, out),
+        )
+    }
+
+    #[inline(always)]
+    fn ip_row_body(&self, hd: usize, r: usize, out: &mut [T]) {
         let (h, nkw) = (self.h, self.nkw);
         out.iter_mut().for_each(|x| *x = T::zero());
         let g = self.plan;

@@ -29,12 +29,18 @@
 //! replaced). The losses are the engine's ([`mechlab_engine::layers::loss`]); the layer-2 softmax and
 //! the mixing `ŷ = Σ_l p_l e_{x_l}` stay fused with the table lookups (the test
 //! `tests/it/induction_reference.rs` checks them against engine layers).
+//!
+//! The per-cell loops (here, [`super::cells`] and [`super::rows`]) run compiled
+//! for the processor's widest instruction set ([`simd::widest`]), which changes
+//! no operation and so no bit (`tests/it/simd_levels.rs`); the cell tables are
+//! formed a block of key windows at a time, subset by subset, which the
+//! compiler turns into vector code with each cell's sum still in subset order.
 
 // Index loops read like the equations here.
 #![allow(clippy::needless_range_loop)]
 
 use mechlab_engine::parallel::{self, sized_chunk_range, sized_chunks};
-use mechlab_engine::{Float, Param};
+use mechlab_engine::{simd, Float, Param};
 use rayon::prelude::*;
 
 use super::cells::{Cells, Plan};
@@ -299,29 +305,22 @@ impl<T: Float> Layer2<T> {
         let az = a / z;
         let (ip_tab, qw_head, kw_head, active) =
             (&self.ip, &self.qw_head, &self.kw_head, &self.active);
+        let tabs = CellTabs {
+            h,
+            nq,
+            nc,
+            ip: ip_tab,
+            kw_head,
+            active,
+            c,
+            az,
+        };
         self.n_tab
             .par_chunks_mut(nkw)
             .zip(self.e_tab.par_chunks_mut(nkw))
             .enumerate()
             .for_each(|(qw, (n_row, e_row))| {
-                let qh = &qw_head[qw * h..(qw + 1) * h];
-                let mut ip = [T::zero(); 16];
-                let mut mx = T::neg_infinity();
-                for kw in 0..nkw {
-                    let kh = &kw_head[kw * h..(kw + 1) * h];
-                    for hd in 0..h {
-                        ip[hd] = ip_tab[(hd * nq + qh[hd]) * nc + kh[hd]];
-                    }
-                    let mut num = T::zero();
-                    for (si, mem, k) in active {
-                        num += product(c[*si] * c[*si], mem, *k, |m| ip[m]);
-                    }
-                    n_row[kw] = num;
-                    mx = mx.max(az * num);
-                }
-                for kw in 0..nkw {
-                    e_row[kw] = (az * n_row[kw] - mx).exp();
-                }
+                tabs.fill_row(&qw_head[qw * h..(qw + 1) * h], n_row, e_row)
             });
     }
 
@@ -476,6 +475,78 @@ impl<T: Float> Layer2<T> {
         self.first_p[..l].iter().map(|v| v.as_f64()).collect()
     }
 }
+
+/// What one row of the cell tables reads.
+struct CellTabs<'a, T> {
+    h: usize,
+    nq: usize,
+    nc: usize,
+    /// `[H, NQ, C]` after the ReLU; `[NKW, H]` each key window's head codes.
+    ip: &'a [T],
+    kw_head: &'a [usize],
+    active: &'a [(usize, [u8; 16], usize)],
+    c: &'a [T],
+    az: T,
+}
+
+impl<T: Float> CellTabs<'_, T> {
+    /// The row of query window with head codes `qh` `[H]`: `N(q, k)` into
+    /// `n_row` and `exp(a N / Z − row max)` into `e_row` (`[NKW]` each).
+    fn fill_row(&self, qh: &[usize], n_row: &mut [T], e_row: &mut [T]) {
+        simd::widest(
+            #[inline(always)]
+            || self.fill_row_body(qh, n_row, e_row),
+        )
+    }
+
+    #[inline(always)]
+    fn fill_row_body(&self, qh: &[usize], n_row: &mut [T], e_row: &mut [T]) {
+        let (h, nq, nc) = (self.h, self.nq, self.nc);
+        // where each head's ip row of this query window starts
+        let rb: [usize; 16] =
+            std::array::from_fn(|hd| if hd < h { (hd * nq + qh[hd]) * nc } else { 0 });
+        let mut mx = T::neg_infinity();
+        for (kb, n_blk) in n_row.chunks_mut(BLOCK).enumerate() {
+            // the block's inner products, head by head: [H, BLOCK]
+            let mut iph = [[T::zero(); BLOCK]; 16];
+            for (j, kh) in self.kw_head[kb * BLOCK * h..]
+                .chunks_exact(h)
+                .take(n_blk.len())
+                .enumerate()
+            {
+                for hd in 0..h {
+                    iph[hd][j] = self.ip[rb[hd] + kh[hd]];
+                }
+            }
+            // N = Σ_δ c_δ² Π_{h∈δ} ip_h, each cell's terms in subset order and
+            // each product left to right, as [`product`] forms it: the same
+            // operations cell by cell, a block of cells at a time.
+            let mut num = [T::zero(); BLOCK];
+            for (si, mem, k) in self.active {
+                let ci = self.c[*si];
+                let mut t = [ci * ci; BLOCK];
+                for &m in &mem[..*k] {
+                    for (t, &v) in t.iter_mut().zip(&iph[m as usize]) {
+                        *t *= v;
+                    }
+                }
+                for (n, &t) in num.iter_mut().zip(&t) {
+                    *n += t;
+                }
+            }
+            for (n, &v) in n_blk.iter_mut().zip(&num) {
+                *n = v;
+                mx = mx.max(self.az * v);
+            }
+        }
+        for (e, &n) in e_row.iter_mut().zip(n_row.iter()) {
+            *e = (self.az * n - mx).exp();
+        }
+    }
+}
+
+/// Key windows per block of [`CellTabs::fill_row`]: two 512-bit registers of `f64`.
+const BLOCK: usize = 16;
 
 /// Grows `v` to at least `n` zeros.
 fn grow<T: Float>(v: &mut Vec<T>, n: usize) {
