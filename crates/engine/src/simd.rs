@@ -142,25 +142,11 @@ macro_rules! multiversion {
 
         /// The same at a given level; panics if this processor lacks it.
         pub fn $at(at: Level, $($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-                unsafe fn wide($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn mid($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                assert!(supported_levels().contains(&at), "{at:?} is not supported here");
-                match at {
-                    // SAFETY: `at` is one of the levels detected on this processor.
-                    Level::Avx512 => return unsafe { wide($($arg),*) },
-                    Level::Avx2 => return unsafe { mid($($arg),*) },
-                    Level::Baseline => {}
-                }
-            }
-            $body($($arg),*)
+            at_level(
+                at,
+                #[inline(always)]
+                || $body($($arg),*),
+            )
         }
     };
 }
