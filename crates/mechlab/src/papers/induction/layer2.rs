@@ -303,15 +303,14 @@ impl<T: Float> Layer2<T> {
         }
         let z: T = self.active.iter().map(|(i, _, _)| c[*i] * c[*i]).sum();
         let az = a / z;
-        let (ip_tab, qw_head, kw_head, active) =
-            (&self.ip, &self.qw_head, &self.kw_head, &self.active);
+        let qw_head = &self.qw_head;
         let tabs = CellTabs {
             h,
             nq,
             nc,
-            ip: ip_tab,
-            kw_head,
-            active,
+            ip: &self.ip,
+            kw_head: &self.kw_head,
+            active: &self.active,
             c,
             az,
         };
