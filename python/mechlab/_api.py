@@ -231,10 +231,13 @@ def reproduce(
     check: bool = False,
     out: Optional[PathLike] = None,
     quiet: Optional[bool] = None,
+    jobs: Optional[int] = None,
 ) -> List[Dict[str, Any]]:
     """Runs every paper's reproduce presets (or those of ``papers``: induction,
-    selection, topic) into ``out`` (default ``runs/reproduce``) and writes the
-    combined report there, as ``mechlab reproduce`` does.
+    markov-icl, selection, topic, attention-svm, lm-induction, birth) into ``out``
+    (default ``runs/reproduce``) and writes the combined report there, as
+    ``mechlab reproduce`` does, ``jobs`` runs at a time (default 2, or 1 on one
+    core; the results do not depend on it).
 
     Returns one dict per run: ``paper``, ``name``, ``dir``, ``seconds``,
     ``summary`` (dict, or None when the run failed), ``error``,
@@ -249,9 +252,11 @@ def reproduce(
     for p in papers:
         if not isinstance(p, str):
             raise TypeError(f"papers: expected paper names (str), got {_kind(p)}")
+    if jobs is not None and _int(jobs, "jobs") < 1:
+        raise ConfigError(f"jobs {jobs}: expected at least 1")
     cmd = _call("reproduce", papers, check=check or None, out=out)
     with bar(quiet, "reproduce", "run") as cb:
-        raw = _native.reproduce(papers, out, command=cmd, on_progress=cb)
+        raw = _native.reproduce(papers, out, command=cmd, on_progress=cb, jobs=jobs)
     results = []
     for r in raw:
         summary = None if r["summary_json"] is None else json.loads(r["summary_json"])

@@ -70,6 +70,7 @@ def reproduce(
     *,
     command: Optional[str] = None,
     on_progress: _OnProgress = None,
+    jobs: Optional[int] = None,
 ) -> List[Dict[str, Any]]: ...
 
 @final

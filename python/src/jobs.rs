@@ -251,19 +251,22 @@ pub fn sweep(
 /// Runs the reproduce presets of `papers` (all when empty) into `out`; returns
 /// one dict per run: paper, name, dir, seconds, summary (or None) and error.
 #[pyfunction]
-#[pyo3(signature = (papers, out, *, command=None, on_progress=None))]
+#[pyo3(signature = (papers, out, *, command=None, on_progress=None, jobs=None))]
 pub fn reproduce<'py>(
     py: Python<'py>,
     papers: Vec<String>,
     out: PathBuf,
     command: Option<String>,
     on_progress: Option<&Bound<'py, PyAny>>,
+    jobs: Option<usize>,
 ) -> PyResult<Bound<'py, PyList>> {
+    let jobs = jobs.unwrap_or_else(repro::default_jobs);
     let command = command.unwrap_or_else(|| "mechlab.reproduce()".into());
     let progress = Arc::new(Progress::new());
     let (p, o) = (progress.clone(), out.clone());
     let reg = values::registry();
-    let job = move || repro::reproduce_with_progress(&reg, &papers, &o, true, &command, Some(&p));
+    let job =
+        move || repro::reproduce_with_progress(&reg, &papers, &o, true, &command, jobs, Some(&p));
     let outcomes = match supervise(py, &progress, on_progress, job)? {
         Ended::Done(Ok(o)) => o,
         Ended::Done(Err(e)) => return Err(errors::experiment(py, &e)),
@@ -272,7 +275,7 @@ pub fn reproduce<'py>(
                 py,
                 err,
                 Some(format!(
-                    "reproduce interrupted: the run in progress wrote a checkpoint under {}",
+                    "reproduce interrupted: the runs in progress wrote checkpoints under {}",
                     out.display()
                 )),
             ))

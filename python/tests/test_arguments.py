@@ -79,3 +79,5 @@ def test_a_config_without_an_experiment_key_says_so(tmp_path):
 def test_reproduce_papers_must_be_names():
     with pytest.raises(TypeError, match=r"papers: expected paper names \(str\), got int 1"):
         mechlab.reproduce([1])  # type: ignore[list-item]
+    with pytest.raises(mechlab.ConfigError, match=r"jobs 0: expected at least 1"):
+        mechlab.reproduce(["selection"], jobs=0)

@@ -166,7 +166,7 @@ def test_sweep_bad_input():
 
 
 def test_reproduce_one_paper(tmp_path):
-    res = mechlab.reproduce(["selection"], check=True, out=tmp_path / "rep")
+    res = mechlab.reproduce(["selection"], check=True, out=tmp_path / "rep", jobs=2)
     assert [r["paper"] for r in res] == ["selection"] * len(res) and res
     r = res[0]
     assert r["error"] is None and r["summary"]["verdicts"] and r["seconds"] > 0

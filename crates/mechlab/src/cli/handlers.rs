@@ -176,8 +176,9 @@ pub(super) fn reproduce(
     out: &Path,
     command: &str,
     quiet: bool,
+    jobs: usize,
 ) -> Result<i32> {
-    let outcomes = commands::reproduce::reproduce(reg, papers, out, quiet, command)?;
+    let outcomes = commands::reproduce::reproduce(reg, papers, out, quiet, command, jobs)?;
     let mut all_pass = true;
     for o in &outcomes {
         all_pass &= o.passed();

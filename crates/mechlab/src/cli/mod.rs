@@ -153,13 +153,18 @@ enum Cmd {
     },
     /// Run every registered paper experiment and write one combined report.
     Reproduce {
-        /// Papers to run: induction, markov-icl, selection, topic, topic-bert (default: all).
+        /// Papers to run: induction, markov-icl, selection, topic, attention-svm,
+        /// lm-induction, birth (default: all).
         papers: Vec<String>,
         /// Exit non-zero when a verdict fails.
         #[arg(long)]
         check: bool,
         #[arg(long, default_value = "runs/reproduce")]
         out: PathBuf,
+        /// Runs at a time, sharing the cores (default: 2, or 1 on one core); the
+        /// results do not depend on it.
+        #[arg(long)]
+        jobs: Option<usize>,
     },
 }
 
@@ -346,8 +351,17 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             }
             Ok(0)
         }
-        Cmd::Reproduce { papers, check, out } => {
-            handlers::reproduce(reg, &papers, check, &out, command, quiet)
+        Cmd::Reproduce {
+            papers,
+            check,
+            out,
+            jobs,
+        } => {
+            if jobs == Some(0) {
+                bail!("reproduce --jobs 0: expected at least 1 run at a time");
+            }
+            let jobs = jobs.unwrap_or_else(commands::reproduce::default_jobs);
+            handlers::reproduce(reg, &papers, check, &out, command, quiet, jobs)
         }
     }
 }

@@ -14,6 +14,8 @@ use crate::run::summary::Summary;
 use crate::run::{atomic, io_err, RunError};
 use mechlab_report::{Block, Report, Section, Verdict};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// One finished reproduce run.
@@ -59,24 +61,43 @@ impl Outcome {
     }
 }
 
-/// Runs the reproduce presets of `papers` (all when empty) into `out`.
+/// Runs the reproduce presets of `papers` (all when empty) into `out`, `jobs` runs
+/// at a time (see [`reproduce_with_progress`]).
 pub fn reproduce(
     reg: &Registry,
     papers: &[String],
     out: &Path,
     quiet: bool,
     command: &str,
+    jobs: usize,
 ) -> Result<Vec<Outcome>, ExperimentError> {
-    reproduce_with_progress(reg, papers, out, quiet, command, None)
+    reproduce_with_progress(reg, papers, out, quiet, command, jobs, None)
+}
+
+/// How many reproduce runs go at once by default: two where there are two cores
+/// or more. A run's serial parts (data generation, probes, solvers, reports)
+/// leave a core idle, and a second run's work fills it; both share rayon's one
+/// pool, so no more threads compute than there are cores.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
 /// [`reproduce`], counting finished runs into `progress`.
+///
+/// Up to `jobs` runs go at once, each on its own thread taking the next run in
+/// the registry's order, all sharing rayon's global pool for their inner
+/// parallelism. Nothing a run computes depends on what runs beside it or on how
+/// many threads the pool has (fixed-chunk reductions, one seed per run), so the
+/// results are bit for bit those of `jobs = 1`; the outcomes come back in the
+/// registry's order whatever order the runs finish in. Each run's `seconds` is
+/// its own wall time, shared cores included.
 pub fn reproduce_with_progress(
     reg: &Registry,
     papers: &[String],
     out: &Path,
     quiet: bool,
     command: &str,
+    jobs: usize,
     progress: Option<&Progress>,
 ) -> Result<Vec<Outcome>, ExperimentError> {
     let all = reg.all();
@@ -89,43 +110,79 @@ pub fn reproduce_with_progress(
             }));
         }
     }
-    let chosen: Vec<_> = all
+    // Every run, planned in the registry's order before any starts.
+    let mut plan = Vec::new();
+    for exp in all
         .iter()
         .filter(|e| papers.is_empty() || papers.iter().any(|p| p == e.name()))
-        .collect();
-    if let Some(p) = progress {
-        p.set_total(chosen.iter().map(|e| e.reproduce().len() as u64).sum());
-    }
-    let mut outcomes = Vec::new();
-    for exp in chosen {
+    {
         let items = exp.reproduce();
         for item in &items {
-            let name = run_name(item, &items);
-            let dir = out.join(&name);
-            // This folder is ours (a previous reproduce): start it afresh.
-            let _ = std::fs::remove_dir_all(&dir);
-            if !quiet {
-                eprintln!("reproduce: {name} ({})", exp.name());
-            }
-            let t0 = Instant::now();
-            let result = resolve(reg, item.preset, &item.overrides, None)
-                .map_err(ExperimentError::from)
-                .and_then(|r| run(reg, &r, &dir, command, quiet))
-                .map_err(|e| e.to_string());
-            outcomes.push(Outcome {
-                paper: exp.name().to_string(),
-                name,
-                dir,
-                seconds: t0.elapsed().as_secs_f64(),
-                result,
-                findings: item.findings.clone(),
-            });
-            if let Some(p) = progress {
-                p.inc();
-            }
+            plan.push((exp.name(), run_name(item, &items), item.clone()));
         }
     }
-    write_combined(reg, out, &outcomes)?;
+    if let Some(p) = progress {
+        p.set_total(plan.len() as u64);
+    }
+    let jobs = jobs.clamp(1, plan.len().max(1));
+    // Side by side, the runs' own bars and spinners would draw over each other:
+    // they stay quiet, and a line says when each run starts and ends.
+    let run_quiet = quiet || jobs > 1;
+    let (next, finished) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let done: Mutex<Vec<Option<Outcome>>> = Mutex::new((0..plan.len()).map(|_| None).collect());
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some((paper, name, item)) = plan.get(i) else {
+            return;
+        };
+        let dir = out.join(name);
+        // This folder is ours (a previous reproduce): start it afresh.
+        let _ = std::fs::remove_dir_all(&dir);
+        if !quiet {
+            eprintln!("reproduce: {name} ({paper})");
+        }
+        let t0 = Instant::now();
+        let result = resolve(reg, item.preset, &item.overrides, None)
+            .map_err(ExperimentError::from)
+            .and_then(|r| run(reg, &r, &dir, command, run_quiet))
+            .map_err(|e| e.to_string());
+        let seconds = t0.elapsed().as_secs_f64();
+        let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
+        if !quiet && jobs > 1 {
+            let status = if result.is_ok() { "done" } else { "failed" };
+            eprintln!(
+                "reproduce: {name} {status} in {seconds:.1} s ({n} of {})",
+                plan.len()
+            );
+        }
+        let outcome = Outcome {
+            paper: paper.to_string(),
+            name: name.clone(),
+            dir,
+            seconds,
+            result,
+            findings: item.findings.clone(),
+        };
+        done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(outcome);
+        if let Some(p) = progress {
+            p.inc();
+        }
+    };
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 1..jobs {
+            s.spawn(work);
+        }
+        work();
+    });
+    let wall = t0.elapsed().as_secs_f64();
+    let outcomes: Vec<Outcome> = done
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .flatten()
+        .collect();
+    write_combined(reg, out, &outcomes, wall)?;
     Ok(outcomes)
 }
 
@@ -166,9 +223,15 @@ fn run_name(item: &ReproduceItem, all: &[ReproduceItem]) -> String {
     }
 }
 
-fn write_combined(reg: &Registry, out: &Path, outcomes: &[Outcome]) -> Result<(), RunError> {
+/// The combined report and `summary.json`; `total` is the wall time of all the
+/// runs (less than the sum of their times when they ran side by side).
+fn write_combined(
+    reg: &Registry,
+    out: &Path,
+    outcomes: &[Outcome],
+    total: f64,
+) -> Result<(), RunError> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let total: f64 = outcomes.iter().map(|o| o.seconds).sum();
     let mut verdict_blocks = Vec::new();
     let mut runs_rows = Vec::new();
     let mut json_runs = Vec::new();

@@ -217,7 +217,12 @@ impl Paper for MeanPaper {
         Ok(s)
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
-        vec![ReproduceItem::new("mean-demo", &[])]
+        // The first run is the longest, so that side by side it ends last.
+        vec![
+            ReproduceItem::new("mean-demo", &["train.steps=3000"]),
+            ReproduceItem::new("mean-demo", &["seed=1"]),
+            ReproduceItem::new("mean-demo", &["data.noise=spiky"]),
+        ]
     }
 
     // --- 3b. the analysis half: the model at a checkpoint, and its interventions ---
@@ -375,7 +380,15 @@ fn a_paper_from_another_crate_runs_through_every_command() {
 
     // reproduce: the paper's reproduce items, in the combined report.
     assert_eq!(
-        cli(&["reproduce", "mean", "--check", "--out", &p("repro")]),
+        cli(&[
+            "reproduce",
+            "mean",
+            "--check",
+            "--jobs",
+            "1",
+            "--out",
+            &p("repro")
+        ]),
         0
     );
     let combined = std::fs::read_to_string(tmp.path().join("repro/report.md")).unwrap();
@@ -383,6 +396,33 @@ fn a_paper_from_another_crate_runs_through_every_command() {
         combined.contains("gradient descent converges to the sample mean"),
         "{combined}"
     );
+    // Three runs side by side: the same results, bit for bit, in the same order,
+    // though the first (the longest) ends last.
+    assert_eq!(
+        cli(&["reproduce", "mean", "--jobs", "3", "--out", &p("repro3")]),
+        0
+    );
+    let runs = |dir: &str| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(tmp.path().join(dir).join("summary.json")).unwrap(),
+        )
+        .unwrap();
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["preset"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let names = runs("repro");
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(runs("repro3"), names);
+    for name in &names {
+        for file in ["summary.json", "metrics.jsonl"] {
+            let read = |d: &str| std::fs::read(tmp.path().join(d).join(name).join(file)).unwrap();
+            assert!(read("repro") == read("repro3"), "{name}/{file} differs");
+        }
+    }
 
     // inspect and intervene: the analysis half, through the same registry.
     let mut m = mechlab::inspect::load_model(&registry(), &tmp.path().join("a"), None).unwrap();
