@@ -9,6 +9,13 @@
 //! multiply by `1/D`, which is inexact for most `D`), as the models always have, so
 //! their numbers did not move when they switched to this layer.
 //!
+//! Each row's sums (`μ`, `σ²`, and the backward's two means) are chains: a float
+//! sum's order fixes its bits, so they cannot be split into lanes. Eight rows'
+//! chains run side by side instead, each in its own column order, so the adds of
+//! one row wait on the latency of the last while the others proceed; compiled for
+//! the widest SIMD level ([`crate::simd::widest`]). The bits are those of one row
+//! at a time (tested against that loop, f32 and f64).
+//!
 //! ```
 //! use mechlab_engine::layers::layernorm;
 //! let x = [1.0f64, 3.0]; // mean 2, variance 1
@@ -47,15 +54,69 @@ pub fn forward<T: Float>(
         "layernorm: gamma/beta are not [D]"
     );
     let (nd, eps) = (T::of_usize(d.max(1)), T::of(eps));
-    for r in 0..n {
-        let (xr, yr) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d]);
-        let mu = xr.iter().copied().sum::<T>() / nd;
-        let var = xr.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() / nd;
-        let s = T::one() / (var + eps).sqrt();
-        for (((yi, &xi), &g), &b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
-            *yi = (xi - mu) * s * g + b;
+    let full = n / GROUP * GROUP;
+    crate::simd::widest(
+        #[inline(always)]
+        || {
+            for r in (0..full).step_by(GROUP) {
+                let (rows, yr) = (&x[r * d..(r + GROUP) * d], &mut y[r * d..(r + GROUP) * d]);
+                let (m, s) = (&mut mean[r..r + GROUP], &mut rstd[r..r + GROUP]);
+                forward_rows::<T, GROUP>(yr, m, s, rows, gamma, beta, nd, eps);
+            }
+            for r in full..n {
+                let (row, yr) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d]);
+                let (m, s) = (&mut mean[r..r + 1], &mut rstd[r..r + 1]);
+                forward_rows::<T, 1>(yr, m, s, row, gamma, beta, nd, eps);
+            }
+        },
+    )
+}
+
+/// Rows normalised side by side ([`forward`], [`backward`]).
+const GROUP: usize = 8;
+
+/// [`forward`] of `G` rows: each row's sums in column order, the `G` chains side
+/// by side (module doc).
+#[inline(always)]
+// (column loops index the G rows: that is the side-by-side order)
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+fn forward_rows<T: Float, const G: usize>(
+    y: &mut [T],
+    mean: &mut [T],
+    rstd: &mut [T],
+    x: &[T],
+    gamma: &[T],
+    beta: &[T],
+    nd: T,
+    eps: T,
+) {
+    // x, y: [G, D], mean/rstd: [G]
+    let d = gamma.len();
+    let rows: [&[T]; G] = std::array::from_fn(|k| &x[k * d..(k + 1) * d]);
+    // `iter().sum()` starts its chain at −0 for f32 and f64 (so that a sum of
+    // −0s stays −0); these chains start where it does.
+    let z: T = std::iter::empty().sum();
+    let mut mu = [z; G];
+    for c in 0..d {
+        for k in 0..G {
+            mu[k] += rows[k][c];
         }
-        (mean[r], rstd[r]) = (mu, s);
+    }
+    mu.iter_mut().for_each(|m| *m /= nd);
+    let mut var = [z; G];
+    for c in 0..d {
+        for k in 0..G {
+            let v = rows[k][c] - mu[k];
+            var[k] += v * v;
+        }
+    }
+    for k in 0..G {
+        let s = T::one() / (var[k] / nd + eps).sqrt();
+        let yr = &mut y[k * d..(k + 1) * d];
+        for (((yi, &xi), &g), &b) in yr.iter_mut().zip(rows[k]).zip(gamma).zip(beta) {
+            *yi = (xi - mu[k]) * s * g + b;
+        }
+        (mean[k], rstd[k]) = (mu[k], s);
     }
 }
 
@@ -128,27 +189,94 @@ pub fn backward<T: Float>(
         assert_eq!(b.len(), d, "layernorm: dbeta is not [D]");
     }
     let nd = T::of_usize(d.max(1));
-    for r in 0..n {
-        let s = r * d..(r + 1) * d;
-        let (xr, dyr, dxr) = (&x[s.clone()], &dy[s.clone()], &mut dx[s]);
-        let (mu, rs) = (mean[r], rstd[r]);
-        // mean(g) and mean(g ⊙ x̂) with g = dy ⊙ γ
-        let (mut mg, mut mgx) = (T::zero(), T::zero());
-        for ((&xi, &dyi), &gi) in xr.iter().zip(dyr).zip(gamma) {
-            let (g, xh) = (dyi * gi, (xi - mu) * rs);
-            mg += g;
-            mgx += g * xh;
+    let full = n / GROUP * GROUP;
+    crate::simd::widest(
+        #[inline(always)]
+        || {
+            for r in (0..full).step_by(GROUP) {
+                let rows = r * d..(r + GROUP) * d;
+                let (xs, dys, dxs) = (&x[rows.clone()], &dy[rows.clone()], &mut dx[rows]);
+                let (m, s) = (&mean[r..r + GROUP], &rstd[r..r + GROUP]);
+                backward_rows::<T, GROUP>(
+                    dxs,
+                    dgamma.as_deref_mut(),
+                    dbeta.as_deref_mut(),
+                    dys,
+                    xs,
+                    m,
+                    s,
+                    gamma,
+                    nd,
+                );
+            }
+            for r in full..n {
+                let row = r * d..(r + 1) * d;
+                let (xs, dys, dxs) = (&x[row.clone()], &dy[row.clone()], &mut dx[row]);
+                let (m, s) = (&mean[r..r + 1], &rstd[r..r + 1]);
+                backward_rows::<T, 1>(
+                    dxs,
+                    dgamma.as_deref_mut(),
+                    dbeta.as_deref_mut(),
+                    dys,
+                    xs,
+                    m,
+                    s,
+                    gamma,
+                    nd,
+                );
+            }
+        },
+    )
+}
+
+/// [`backward`] of `G` rows, their sums side by side as in [`forward_rows`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+fn backward_rows<T: Float, const G: usize>(
+    dx: &mut [T],
+    dgamma: Option<&mut [T]>,
+    dbeta: Option<&mut [T]>,
+    dy: &[T],
+    x: &[T],
+    mean: &[T],
+    rstd: &[T],
+    gamma: &[T],
+    nd: T,
+) {
+    // dy, x, dx: [G, D], mean/rstd: [G]
+    let d = gamma.len();
+    let xs: [&[T]; G] = std::array::from_fn(|k| &x[k * d..(k + 1) * d]);
+    let dys: [&[T]; G] = std::array::from_fn(|k| &dy[k * d..(k + 1) * d]);
+    let mu: [T; G] = std::array::from_fn(|k| mean[k]);
+    let rs: [T; G] = std::array::from_fn(|k| rstd[k]);
+    // mean(g) and mean(g ⊙ x̂) with g = dy ⊙ γ
+    let (mut mg, mut mgx) = ([T::zero(); G], [T::zero(); G]);
+    for (c, &gc) in gamma.iter().enumerate() {
+        for k in 0..G {
+            let (g, xh) = (dys[k][c] * gc, (xs[k][c] - mu[k]) * rs[k]);
+            mg[k] += g;
+            mgx[k] += g * xh;
         }
-        (mg, mgx) = (mg / nd, mgx / nd);
-        for (c, ((&xi, &dyi), &gi)) in xr.iter().zip(dyr).zip(gamma).enumerate() {
-            let xh = (xi - mu) * rs;
-            dxr[c] += rs * (dyi * gi - mg - xh * mgx);
-            if let Some(dg) = dgamma.as_deref_mut() {
-                dg[c] += dyi * xh;
+    }
+    for k in 0..G {
+        let (mg, mgx) = (mg[k] / nd, mgx[k] / nd);
+        let dxr = &mut dx[k * d..(k + 1) * d];
+        for (((dxi, &xi), &dyi), &gi) in dxr.iter_mut().zip(xs[k]).zip(dys[k]).zip(gamma) {
+            let xh = (xi - mu[k]) * rs[k];
+            *dxi += rs[k] * (dyi * gi - mg - xh * mgx);
+        }
+    }
+    // Σ over rows in row order, as one row at a time accumulated them.
+    if let Some(dg) = dgamma {
+        for k in 0..G {
+            for ((dgi, &xi), &dyi) in dg.iter_mut().zip(xs[k]).zip(dys[k]) {
+                *dgi += dyi * ((xi - mu[k]) * rs[k]);
             }
-            if let Some(db) = dbeta.as_deref_mut() {
-                db[c] += dyi;
-            }
+        }
+    }
+    if let Some(db) = dbeta {
+        for k in 0..G {
+            db.iter_mut().zip(dys[k]).for_each(|(a, &b)| *a += b);
         }
     }
 }
@@ -254,5 +382,114 @@ mod tests {
         let mut dx = vec![0.0f32; n * d];
         backward(&mut dx, None, None, &y, &x, &m, &s, &vec![1.0; d], n, d);
         assert!(dx.iter().all(|v| v.is_finite()));
+    }
+
+    /// Each row as one chain after another: the layer before its rows were
+    /// grouped, kept here as the reference the grouped layer must equal bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn row_by_row<T: Float>(
+        x: &[T],
+        dy: &[T],
+        gamma: &[T],
+        beta: &[T],
+        n: usize,
+        d: usize,
+    ) -> [Vec<T>; 6] {
+        let nd = T::of_usize(d);
+        let (mut y, mut mean, mut rstd) = (
+            vec![T::zero(); n * d],
+            vec![T::zero(); n],
+            vec![T::zero(); n],
+        );
+        let (mut dx, mut dg, mut db) = (
+            vec![T::zero(); n * d],
+            vec![T::zero(); d],
+            vec![T::zero(); d],
+        );
+        for r in 0..n {
+            let xr = &x[r * d..(r + 1) * d];
+            let mu = xr.iter().copied().sum::<T>() / nd;
+            let var = xr.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() / nd;
+            let s = T::one() / (var + T::of(1e-5)).sqrt();
+            for c in 0..d {
+                y[r * d + c] = (xr[c] - mu) * s * gamma[c] + beta[c];
+            }
+            (mean[r], rstd[r]) = (mu, s);
+        }
+        for r in 0..n {
+            let (xr, dyr) = (&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]);
+            let (mu, rs) = (mean[r], rstd[r]);
+            let (mut mg, mut mgx) = (T::zero(), T::zero());
+            for c in 0..d {
+                let (g, xh) = (dyr[c] * gamma[c], (xr[c] - mu) * rs);
+                mg += g;
+                mgx += g * xh;
+            }
+            (mg, mgx) = (mg / nd, mgx / nd);
+            for c in 0..d {
+                let xh = (xr[c] - mu) * rs;
+                dx[r * d + c] += rs * (dyr[c] * gamma[c] - mg - xh * mgx);
+                dg[c] += dyr[c] * xh;
+                db[c] += dyr[c];
+            }
+        }
+        [y, mean, rstd, dx, dg, db]
+    }
+
+    fn grouped_equals_row_by_row<T: Float>(bits: impl Fn(T) -> u64) {
+        let mut r = rng(31);
+        let d = 37;
+        for n in [1, 2, 7, 8, 9, 16, 19] {
+            let mut x: Vec<T> = uniform(&mut r, n * d)
+                .iter()
+                .map(|&v| T::of(3.0 * v + 0.5))
+                .collect();
+            // an all −0 row: its sums keep the sign of `iter().sum()`
+            x[..d].iter_mut().for_each(|v| *v = T::of(-0.0));
+            let dy: Vec<T> = uniform(&mut r, n * d).iter().map(|&v| T::of(v)).collect();
+            let gamma: Vec<T> = uniform(&mut r, d)
+                .iter()
+                .map(|&v| T::of(1.0 + 0.5 * v))
+                .collect();
+            let beta: Vec<T> = uniform(&mut r, d).iter().map(|&v| T::of(v)).collect();
+            let want = row_by_row(&x, &dy, &gamma, &beta, n, d);
+            let (mut y, mut mean, mut rstd) = (
+                vec![T::zero(); n * d],
+                vec![T::zero(); n],
+                vec![T::zero(); n],
+            );
+            forward(&mut y, &mut mean, &mut rstd, &x, &gamma, &beta, n, d, 1e-5);
+            let (mut dx, mut dg, mut db) = (
+                vec![T::zero(); n * d],
+                vec![T::zero(); d],
+                vec![T::zero(); d],
+            );
+            backward(
+                &mut dx,
+                Some(&mut dg),
+                Some(&mut db),
+                &dy,
+                &x,
+                &mean,
+                &rstd,
+                &gamma,
+                n,
+                d,
+            );
+            let got = [y, mean, rstd, dx, dg, db];
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                let (a, b): (Vec<u64>, Vec<u64>) = (
+                    a.iter().map(|&v| bits(v)).collect(),
+                    b.iter().map(|&v| bits(v)).collect(),
+                );
+                assert_eq!(a, b, "output {k} at n = {n} ({})", T::DTYPE);
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_rows_compute_the_bits_of_one_row_at_a_time() {
+        grouped_equals_row_by_row::<f64>(f64::to_bits);
+        grouped_equals_row_by_row::<f32>(|v| v.to_bits() as u64);
     }
 }
