@@ -332,10 +332,16 @@ impl Attention {
                     d_v,
                     true,
                 );
-                // d_logits = softmax backward, row by row
+                // d_logits = softmax backward, the block's rows side by side
+                softmax::backward_rows_in_place(
+                    &mut scratch[i0 * tk..],
+                    &pat[i0 * tk..],
+                    m,
+                    n,
+                    tk,
+                );
                 for i in i0..i1 {
                     let g = &mut scratch[i * tk..i * tk + n];
-                    softmax::backward_row_in_place(g, &pat[i * tk..i * tk + n]);
                     if let Some(db) = d_bias.as_deref_mut() {
                         let db = &mut db[(h * tq + i) * tk..(h * tq + i) * tk + n];
                         db.iter_mut().zip(g.iter()).for_each(|(a, &b)| *a += b);

@@ -79,6 +79,7 @@ pub fn row_in_place<T: Float>(row: &mut [T], keep: impl Fn(usize) -> bool) {
 
 /// The largest entry that is not NaN (`−∞` if none), taken in 16 independent
 /// lanes as [`row_in_place`] takes its maximum (rows under 32 entries: one chain).
+#[inline(always)]
 pub fn max_in_lanes<T: Float>(row: &[T]) -> T {
     max_kept(row, |_| true)
 }
@@ -89,6 +90,7 @@ pub fn max_in_lanes<T: Float>(row: &[T]) -> T {
 /// Only the sign of a zero maximum can differ (−0 and +0 compare equal), and
 /// `v − m` then equals `v` or is a zero whose `exp` is 1 either way, so the
 /// softmax is bit-identical. Rows under [`SHORT`] entries take the chain.
+#[inline(always)]
 fn max_kept<T: Float>(row: &[T], keep: impl Fn(usize) -> bool) -> T {
     let mut m = T::neg_infinity();
     if row.len() < SHORT {
@@ -124,6 +126,7 @@ fn max_kept<T: Float>(row: &[T], keep: impl Fn(usize) -> bool) -> T {
 /// first largest entry, NaNs skipped; 0 when `p[0]` is NaN or `p` is empty), from
 /// the maximum in lanes ([`max_in_lanes`]) and then the first entry equal to it:
 /// two passes the compiler can vectorise or end early, instead of one chain.
+#[inline(always)] // so that it compiles at the SIMD level of its caller
 pub fn first_argmax<T: Float>(p: &[T]) -> usize {
     if p.len() < SHORT {
         let mut m = 0;
@@ -137,7 +140,13 @@ pub fn first_argmax<T: Float>(p: &[T]) -> usize {
     match p.first() {
         Some(p0) if !p0.is_nan() => {
             let top = max_in_lanes(p);
-            p.iter().position(|&v| v == top).unwrap_or(0)
+            // a plain loop: `position`'s closure stayed a call at a wider level
+            for (j, &v) in p.iter().enumerate() {
+                if v == top {
+                    return j;
+                }
+            }
+            0
         }
         _ => 0,
     }
@@ -173,6 +182,71 @@ pub fn backward_row_in_place<T: Float>(g: &mut [T], p: &[T]) {
     let (at_max, inner) = centred_inner(g, p);
     for (gj, &pj) in g.iter_mut().zip(p) {
         *gj = pj * ((*gj - at_max) - inner);
+    }
+}
+
+/// [`backward_row_in_place`] of `rows` rows of `n` entries, row `r` at
+/// `g[r·stride..]` and `p[r·stride..]`, with the same bits: a row's `⟨g − g_m, p⟩`
+/// is an in-order chain (its order fixes its bits), so [`ROWS`] rows' chains run
+/// side by side, each in its own order, and the loops compile for the widest
+/// SIMD level ([`crate::simd::widest`]).
+pub fn backward_rows_in_place<T: Float>(
+    g: &mut [T],
+    p: &[T],
+    rows: usize,
+    n: usize,
+    stride: usize,
+) {
+    // g: [rows, stride] (dp in, dz out on the first n columns), p: [rows, stride]
+    if rows == 0 || n == 0 {
+        return;
+    }
+    assert!(rows == 1 || n <= stride, "softmax: rows overlap");
+    let need = (rows - 1) * stride + n;
+    assert!(
+        g.len() >= need && p.len() >= need,
+        "softmax: rows run past the buffers"
+    );
+    let full = rows / ROWS * ROWS;
+    crate::simd::widest(
+        #[inline(always)]
+        || {
+            for r in (0..full).step_by(ROWS) {
+                let at = r * stride;
+                backward_group::<T, ROWS>(&mut g[at..], &p[at..], n, stride);
+            }
+            for r in full..rows {
+                let at = r * stride;
+                backward_group::<T, 1>(&mut g[at..], &p[at..], n, stride);
+            }
+        },
+    )
+}
+
+/// Rows whose backward chains run side by side ([`backward_rows_in_place`]).
+const ROWS: usize = 4;
+
+/// [`backward_row_in_place`] of `G` rows (`n ≥ 1` entries each, `stride` apart).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // the column loop reads the G rows: that is the order
+fn backward_group<T: Float, const G: usize>(g: &mut [T], p: &[T], n: usize, stride: usize) {
+    let ps: [&[T]; G] = std::array::from_fn(|k| &p[k * stride..k * stride + n]);
+    let at_max: [T; G] = std::array::from_fn(|k| g[k * stride + first_argmax(ps[k])]);
+    // `iter().sum()` starts at −0 for f32 and f64; so do these chains.
+    let mut inner: [T; G] = [std::iter::empty().sum(); G];
+    {
+        let gs: [&[T]; G] = std::array::from_fn(|k| &g[k * stride..k * stride + n]);
+        for j in 0..n {
+            for k in 0..G {
+                inner[k] += (gs[k][j] - at_max[k]) * ps[k][j];
+            }
+        }
+    }
+    for k in 0..G {
+        let row = &mut g[k * stride..k * stride + n];
+        for (gj, &pj) in row.iter_mut().zip(ps[k]) {
+            *gj = pj * ((*gj - at_max[k]) - inner[k]);
+        }
     }
 }
 
@@ -388,5 +462,55 @@ mod tests {
         row[3] = f32::NAN;
         assert_eq!(max_in_lanes(&row), 2.0);
         assert_eq!(max_in_lanes::<f32>(&[]), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn rows_side_by_side_give_each_rows_bits() {
+        // rows of a shared stride, a saturated one, ties and −0 among them
+        let mut state = 99u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % 1000) as f64 / 1000.0
+        };
+        for (rows, n, stride) in [(1, 5, 5), (3, 7, 9), (4, 1, 4), (9, 33, 40), (6, 64, 64)] {
+            let mut p: Vec<f64> = (0..rows * stride).map(|_| next()).collect();
+            for r in 0..rows {
+                let row = &mut p[r * stride..r * stride + n];
+                let s: f64 = row.iter().sum();
+                row.iter_mut().for_each(|v| *v /= s);
+            }
+            p[0] = 1.0; // a saturated row's top entry
+            p[1..n.min(stride)].iter_mut().for_each(|v| *v *= 1e-20);
+            let mut g: Vec<f64> = (0..rows * stride).map(|_| next() - 0.5).collect();
+            let at = stride.min(g.len() - 1);
+            g[at] = -0.0;
+            {
+                let (gg, pp) = (&g, &p);
+                let mut want = gg.clone();
+                for r in 0..rows {
+                    let at = r * stride;
+                    backward_row_in_place(&mut want[at..at + n], &pp[at..at + n]);
+                }
+                let mut got = gg.clone();
+                backward_rows_in_place(&mut got, pp, rows, n, stride);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "f64 rows {rows} n {n}");
+                let (g32, p32): (Vec<f32>, Vec<f32>) = (
+                    gg.iter().map(|&x| x as f32).collect(),
+                    pp.iter().map(|&x| x as f32).collect(),
+                );
+                let mut want = g32.clone();
+                for r in 0..rows {
+                    let at = r * stride;
+                    backward_row_in_place(&mut want[at..at + n], &p32[at..at + n]);
+                }
+                let mut got = g32.clone();
+                backward_rows_in_place(&mut got, &p32, rows, n, stride);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "f32 rows {rows} n {n}");
+            }
+        }
     }
 }

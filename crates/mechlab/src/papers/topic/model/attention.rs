@@ -308,12 +308,8 @@ pub(super) fn attend_back<T: Float>(
             d,
             false,
         );
-        for r in 0..s {
-            let pr = &w.hook_pattern[r * l..(r + 1) * l];
-            let dp = &mut w.d_pattern[r * l..(r + 1) * l];
-            softmax::backward_row_in_place(dp, pr);
-            dp.iter_mut().for_each(|x| *x *= c);
-        }
+        softmax::backward_rows_in_place(&mut w.d_pattern, &w.hook_pattern, s, l, l);
+        w.d_pattern[..s * l].iter_mut().for_each(|x| *x *= c);
         matmul(
             &mut w.d_q[..s * d],
             &w.d_pattern[..s * l],
