@@ -9,8 +9,9 @@ use mechlab::papers::topic::data::{LdaModel, MlmSet};
 use mechlab::papers::topic::model::TopicMlm;
 use mechlab::papers::topic::{make_set, TopicConfig, TopicRun};
 use mechlab::run::RunCtx;
-use mechlab_engine::matmul::measured_peak_gflops;
+use mechlab_engine::matmul::{matmul, measured_peak_gflops, Op};
 use mechlab_engine::Parameters;
+use rayon::prelude::*;
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
@@ -111,6 +112,114 @@ fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
     f
 }
 
+/// Seconds for the trained head's six matrix products alone, over every document of
+/// `set` at its shapes (S labelled rows, L tokens, d), documents spread over the
+/// threads with nothing else between them (best of 3): how fast an epoch could be
+/// if everything but the products cost nothing, the ceiling of its share of peak.
+fn products_alone(set: &MlmSet, d: usize) -> f64 {
+    let shapes: Vec<(usize, usize)> = (0..set.len())
+        .map(|i| {
+            let r = set.range(i);
+            let s = set.label[r.clone()]
+                .iter()
+                .filter(|&&x| x != u32::MAX)
+                .count();
+            (s, r.len())
+        })
+        .collect();
+    let lmax = shapes.iter().map(|x| x.1).max().unwrap_or(0);
+    let fill = |n: usize| -> Vec<f32> { (0..n).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect() };
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        shapes.par_iter().for_each_init(
+            || {
+                [
+                    fill(lmax * d),
+                    fill(lmax * d),
+                    fill(lmax * d),
+                    fill(lmax * lmax),
+                    fill(lmax * d),
+                    fill(lmax * d),
+                ]
+            },
+            |b, &(s, l)| {
+                let [q, k, v, pat, dz, out] = b;
+                // forward: scores = q kᵀ, z = P v
+                matmul(
+                    &mut pat[..s * l],
+                    &q[..s * d],
+                    Op::N,
+                    &k[..l * d],
+                    Op::T,
+                    s,
+                    d,
+                    l,
+                    false,
+                );
+                matmul(
+                    &mut out[..s * d],
+                    &pat[..s * l],
+                    Op::N,
+                    &v[..l * d],
+                    Op::N,
+                    s,
+                    l,
+                    d,
+                    false,
+                );
+                // backward: dP = dz vᵀ, dv = Pᵀ dz, dq = dP k, dk = dPᵀ q
+                matmul(
+                    &mut pat[..s * l],
+                    &dz[..s * d],
+                    Op::N,
+                    &v[..l * d],
+                    Op::T,
+                    s,
+                    d,
+                    l,
+                    false,
+                );
+                matmul(
+                    &mut out[..l * d],
+                    &pat[..s * l],
+                    Op::T,
+                    &dz[..s * d],
+                    Op::N,
+                    l,
+                    s,
+                    d,
+                    false,
+                );
+                matmul(
+                    &mut dz[..s * d],
+                    &pat[..s * l],
+                    Op::N,
+                    &k[..l * d],
+                    Op::N,
+                    s,
+                    l,
+                    d,
+                    false,
+                );
+                matmul(
+                    &mut out[..l * d],
+                    &pat[..s * l],
+                    Op::T,
+                    &q[..s * d],
+                    Op::N,
+                    l,
+                    s,
+                    d,
+                    false,
+                );
+            },
+        );
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    best
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let out = Path::new(
@@ -185,11 +294,19 @@ fn main() -> anyhow::Result<()> {
         init.model
             .visit(&mut |p| trained.push(p.name().to_string()));
         let flops = our_flops(&cfg, &set, init.model.d_model());
+        let trained_attn = cfg.model.attention == mechlab::papers::topic::model::AttnKind::Trained;
+        let alone = trained_attn.then(|| products_alone(&set, init.model.d_model()));
+        if let Some(a) = alone {
+            println!(
+                "{preset}: the head's six products alone, every document at its shapes: {a:.3} s = {:.1}% of peak (the ceiling of the epoch's share)",
+                100.0 * flops / a / 1e9 / peak
+            );
+        }
         let meta = serde_json::json!({
             "preset": preset, "model": cfg.model, "lr": cfg.train.lr, "optimizer": cfg.train.optimizer,
             "batch_size": cfg.mlm.batch_size, "steps_per_epoch": spe, "d_vocab": init.model.d_vocab(),
             "params": params, "trained": trained, "first_losses": losses,
-            "epoch_seconds": best, "flops": flops, "gflops": flops / best / 1e9, "peak_gflops": peak,
+            "epoch_seconds": best, "products_alone_seconds": alone, "flops": flops, "gflops": flops / best / 1e9, "peak_gflops": peak,
         });
         std::fs::write(dir.join("meta.json"), serde_json::to_string(&meta)?)?;
         println!("{preset}: epoch {best:.3} s ({spe} steps), {:.2} GFLOP/s executed = {:.1}% of peak; first losses {losses:?}", flops / best / 1e9, 100.0 * flops / best / 1e9 / peak);

@@ -333,13 +333,7 @@ impl Attention {
                     true,
                 );
                 // d_logits = softmax backward, the block's rows side by side
-                softmax::backward_rows_in_place(
-                    &mut scratch[i0 * tk..],
-                    &pat[i0 * tk..],
-                    m,
-                    n,
-                    tk,
-                );
+                softmax::backward_rows_in_place(&mut scratch[i0 * tk..], &pat[i0 * tk..], m, n, tk);
                 for i in i0..i1 {
                     let g = &mut scratch[i * tk..i * tk + n];
                     if let Some(db) = d_bias.as_deref_mut() {
