@@ -142,17 +142,64 @@ pub fn forward_f64_stats<T: Float>(
         "layernorm: gamma/beta are not [D]"
     );
     let inv_d = 1.0 / d.max(1) as f64;
-    for r in 0..n {
-        let (xr, yr) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d]);
-        let mu = xr.iter().map(|v| v.as_f64()).sum::<f64>() * inv_d;
-        let var = xr
-            .iter()
-            .map(|v| (v.as_f64() - mu) * (v.as_f64() - mu))
-            .sum::<f64>()
-            * inv_d;
-        let s = 1.0 / (var + eps).sqrt();
-        for (((yi, &xi), &g), &b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
-            *yi = T::of((xi.as_f64() - mu) * s * g.as_f64() + b.as_f64());
+    let full = n / GROUP * GROUP;
+    crate::simd::widest(
+        #[inline(always)]
+        || {
+            for r in (0..full).step_by(GROUP) {
+                let rows = r * d..(r + GROUP) * d;
+                forward_f64_rows::<T, GROUP>(
+                    &mut y[rows.clone()],
+                    &x[rows],
+                    gamma,
+                    beta,
+                    inv_d,
+                    eps,
+                );
+            }
+            for r in full..n {
+                let row = r * d..(r + 1) * d;
+                forward_f64_rows::<T, 1>(&mut y[row.clone()], &x[row], gamma, beta, inv_d, eps);
+            }
+        },
+    )
+}
+
+/// [`forward_f64_stats`] of `G` rows, their `f64` sums side by side as in
+/// [`forward_rows`].
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+fn forward_f64_rows<T: Float, const G: usize>(
+    y: &mut [T],
+    x: &[T],
+    gamma: &[T],
+    beta: &[T],
+    inv_d: f64,
+    eps: f64,
+) {
+    // x, y: [G, D]
+    let d = gamma.len();
+    let rows: [&[T]; G] = std::array::from_fn(|k| &x[k * d..(k + 1) * d]);
+    let z: f64 = std::iter::empty::<f64>().sum();
+    let mut mu = [z; G];
+    for c in 0..d {
+        for k in 0..G {
+            mu[k] += rows[k][c].as_f64();
+        }
+    }
+    mu.iter_mut().for_each(|m| *m *= inv_d);
+    let mut var = [z; G];
+    for c in 0..d {
+        for k in 0..G {
+            let v = rows[k][c].as_f64() - mu[k];
+            var[k] += v * v;
+        }
+    }
+    for k in 0..G {
+        let s = 1.0 / (var[k] * inv_d + eps).sqrt();
+        let yr = &mut y[k * d..(k + 1) * d];
+        for (((yi, &xi), &g), &b) in yr.iter_mut().zip(rows[k]).zip(gamma).zip(beta) {
+            *yi = T::of((xi.as_f64() - mu[k]) * s * g.as_f64() + b.as_f64());
         }
     }
 }
@@ -491,5 +538,44 @@ mod tests {
     fn grouped_rows_compute_the_bits_of_one_row_at_a_time() {
         grouped_equals_row_by_row::<f64>(f64::to_bits);
         grouped_equals_row_by_row::<f32>(|v| v.to_bits() as u64);
+    }
+
+    #[test]
+    fn grouped_f64_stats_compute_the_bits_of_one_row_at_a_time() {
+        let mut r = rng(32);
+        let d = 41;
+        for n in [1, 5, 8, 13, 17] {
+            let mut x: Vec<f32> = uniform(&mut r, n * d)
+                .iter()
+                .map(|&v| (3.0 * v + 0.5) as f32)
+                .collect();
+            x[..d].iter_mut().for_each(|v| *v = -0.0);
+            let gamma: Vec<f32> = uniform(&mut r, d)
+                .iter()
+                .map(|&v| (1.0 + 0.5 * v) as f32)
+                .collect();
+            let beta: Vec<f32> = uniform(&mut r, d).iter().map(|&v| v as f32).collect();
+            let mut want = vec![0.0f32; n * d];
+            for row in 0..n {
+                let (xr, yr) = (
+                    &x[row * d..(row + 1) * d],
+                    &mut want[row * d..(row + 1) * d],
+                );
+                let mu = xr.iter().map(|v| v.as_f64()).sum::<f64>() * (1.0 / d as f64);
+                let var = xr
+                    .iter()
+                    .map(|v| (v.as_f64() - mu) * (v.as_f64() - mu))
+                    .sum::<f64>()
+                    * (1.0 / d as f64);
+                let s = 1.0 / (var + 1e-12).sqrt();
+                for c in 0..d {
+                    yr[c] = ((xr[c] as f64 - mu) * s * gamma[c] as f64 + beta[c] as f64) as f32;
+                }
+            }
+            let mut got = vec![0.0f32; n * d];
+            forward_f64_stats(&mut got, &x, &gamma, &beta, n, d, 1e-12);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "n = {n}");
+        }
     }
 }
