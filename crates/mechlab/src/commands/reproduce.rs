@@ -182,7 +182,7 @@ pub fn reproduce_with_progress(
         .into_iter()
         .flatten()
         .collect();
-    write_combined(reg, out, &outcomes, wall)?;
+    write_combined(reg, out, &outcomes, wall, jobs)?;
     Ok(outcomes)
 }
 
@@ -224,12 +224,14 @@ fn run_name(item: &ReproduceItem, all: &[ReproduceItem]) -> String {
 }
 
 /// The combined report and `summary.json`; `total` is the wall time of all the
-/// runs (less than the sum of their times when they ran side by side).
+/// runs, `jobs` of them at a time (less than the sum of their times when more
+/// than one ran side by side).
 fn write_combined(
     reg: &Registry,
     out: &Path,
     outcomes: &[Outcome],
     total: f64,
+    jobs: usize,
 ) -> Result<(), RunError> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let mut verdict_blocks = Vec::new();
@@ -324,12 +326,13 @@ fn write_combined(
         meta: vec![
             ("runs".into(), outcomes.len().to_string()),
             ("total time".into(), format!("{total:.1} s")),
+            ("runs at a time".into(), jobs.to_string()),
         ],
         sections,
     };
     report::write_report(out, &report, &figures, ".")?;
     let p = out.join("summary.json");
-    let json = serde_json::json!({ "total_seconds": total, "runs": json_runs });
+    let json = serde_json::json!({ "total_seconds": total, "jobs": jobs, "runs": json_runs });
     atomic::write(
         &p,
         serde_json::to_string_pretty(&json)

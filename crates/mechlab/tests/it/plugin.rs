@@ -402,18 +402,22 @@ fn a_paper_from_another_crate_runs_through_every_command() {
         cli(&["reproduce", "mean", "--jobs", "3", "--out", &p("repro3")]),
         0
     );
-    let runs = |dir: &str| -> Vec<String> {
-        let v: serde_json::Value = serde_json::from_str(
+    let combined_summary = |dir: &str| -> serde_json::Value {
+        serde_json::from_str(
             &std::fs::read_to_string(tmp.path().join(dir).join("summary.json")).unwrap(),
         )
-        .unwrap();
-        v["runs"]
+        .unwrap()
+    };
+    let runs = |dir: &str| -> Vec<String> {
+        combined_summary(dir)["runs"]
             .as_array()
             .unwrap()
             .iter()
             .map(|r| r["preset"].as_str().unwrap().to_string())
             .collect()
     };
+    assert_eq!(combined_summary("repro")["jobs"], 1);
+    assert_eq!(combined_summary("repro3")["jobs"], 3);
     let names = runs("repro");
     assert_eq!(names.len(), 3, "{names:?}");
     assert_eq!(runs("repro3"), names);
