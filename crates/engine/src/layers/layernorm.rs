@@ -54,19 +54,24 @@ pub fn forward<T: Float>(
         "layernorm: gamma/beta are not [D]"
     );
     let (nd, eps) = (T::of_usize(d.max(1)), T::of(eps));
+    // rows r..r+G through the G-row body: the full groups, then one row at a time
+    macro_rules! rows {
+        ($g:expr, $r:expr) => {{
+            let (r, span) = ($r, $r * d..($r + $g) * d);
+            let (m, s) = (&mut mean[r..r + $g], &mut rstd[r..r + $g]);
+            forward_rows::<T, { $g }>(&mut y[span.clone()], m, s, &x[span], gamma, beta, nd, eps)
+        }};
+    }
     let full = n / GROUP * GROUP;
     crate::simd::widest(
         #[inline(always)]
         || {
+            // plain loops, not closures: the body must inline at this level
             for r in (0..full).step_by(GROUP) {
-                let (rows, yr) = (&x[r * d..(r + GROUP) * d], &mut y[r * d..(r + GROUP) * d]);
-                let (m, s) = (&mut mean[r..r + GROUP], &mut rstd[r..r + GROUP]);
-                forward_rows::<T, GROUP>(yr, m, s, rows, gamma, beta, nd, eps);
+                rows!(GROUP, r);
             }
             for r in full..n {
-                let (row, yr) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d]);
-                let (m, s) = (&mut mean[r..r + 1], &mut rstd[r..r + 1]);
-                forward_rows::<T, 1>(yr, m, s, row, gamma, beta, nd, eps);
+                rows!(1, r);
             }
         },
     )
@@ -142,24 +147,22 @@ pub fn forward_f64_stats<T: Float>(
         "layernorm: gamma/beta are not [D]"
     );
     let inv_d = 1.0 / d.max(1) as f64;
+    macro_rules! rows {
+        ($g:expr, $r:expr) => {{
+            let span = $r * d..($r + $g) * d;
+            forward_f64_rows::<T, { $g }>(&mut y[span.clone()], &x[span], gamma, beta, inv_d, eps)
+        }};
+    }
     let full = n / GROUP * GROUP;
     crate::simd::widest(
         #[inline(always)]
         || {
+            // plain loops, not closures: the body must inline at this level
             for r in (0..full).step_by(GROUP) {
-                let rows = r * d..(r + GROUP) * d;
-                forward_f64_rows::<T, GROUP>(
-                    &mut y[rows.clone()],
-                    &x[rows],
-                    gamma,
-                    beta,
-                    inv_d,
-                    eps,
-                );
+                rows!(GROUP, r);
             }
             for r in full..n {
-                let row = r * d..(r + 1) * d;
-                forward_f64_rows::<T, 1>(&mut y[row.clone()], &x[row], gamma, beta, inv_d, eps);
+                rows!(1, r);
             }
         },
     )
@@ -236,41 +239,24 @@ pub fn backward<T: Float>(
         assert_eq!(b.len(), d, "layernorm: dbeta is not [D]");
     }
     let nd = T::of_usize(d.max(1));
+    macro_rules! rows {
+        ($g:expr, $r:expr) => {{
+            let (r, span) = ($r, $r * d..($r + $g) * d);
+            let (db, dbb) = (dgamma.as_deref_mut(), dbeta.as_deref_mut());
+            let (m, s) = (&mean[r..r + $g], &rstd[r..r + $g]);
+            let (xs, dys) = (&x[span.clone()], &dy[span.clone()]);
+            backward_rows::<T, { $g }>(&mut dx[span], db, dbb, dys, xs, m, s, gamma, nd)
+        }};
+    }
     let full = n / GROUP * GROUP;
     crate::simd::widest(
         #[inline(always)]
         || {
             for r in (0..full).step_by(GROUP) {
-                let rows = r * d..(r + GROUP) * d;
-                let (xs, dys, dxs) = (&x[rows.clone()], &dy[rows.clone()], &mut dx[rows]);
-                let (m, s) = (&mean[r..r + GROUP], &rstd[r..r + GROUP]);
-                backward_rows::<T, GROUP>(
-                    dxs,
-                    dgamma.as_deref_mut(),
-                    dbeta.as_deref_mut(),
-                    dys,
-                    xs,
-                    m,
-                    s,
-                    gamma,
-                    nd,
-                );
+                rows!(GROUP, r);
             }
             for r in full..n {
-                let row = r * d..(r + 1) * d;
-                let (xs, dys, dxs) = (&x[row.clone()], &dy[row.clone()], &mut dx[row]);
-                let (m, s) = (&mean[r..r + 1], &rstd[r..r + 1]);
-                backward_rows::<T, 1>(
-                    dxs,
-                    dgamma.as_deref_mut(),
-                    dbeta.as_deref_mut(),
-                    dys,
-                    xs,
-                    m,
-                    s,
-                    gamma,
-                    nd,
-                );
+                rows!(1, r);
             }
         },
     )
