@@ -40,7 +40,7 @@ use thiserror::Error;
 
 /// Why a model folder could not be loaded. Every message is one line that names
 /// the file; text that came from the file (a dtype name, a tensor name, a parser's
-/// quote of the bytes it choked on) is shown escaped and cut short by [`clean`], so
+/// quote of the bytes it choked on) is shown escaped and cut short by `clean`, so
 /// a damaged header cannot write control characters to the terminal.
 #[derive(Debug, Error)]
 pub enum BertError {

@@ -35,7 +35,7 @@ use super::softmax;
 use crate::matmul::{matmul_strided, Op};
 use crate::Float;
 
-/// Query rows per block of the causal path ([`Attention::row_blocks`]).
+/// Query rows per block of the causal path (`Attention::row_blocks`).
 pub const CAUSAL_BLOCK: usize = 64;
 
 /// Shapes and options of one attention call.
@@ -174,6 +174,14 @@ impl Attention {
         let scale = T::of(self.scale);
         let (ldqk, ldv) = (nh * dqk, nh * dv);
         let only_causal = ex.key_mask.is_none() && ex.mask.is_none();
+        // query i's kept keys when only the causal mask applies: a prefix
+        let kept = |i: usize| {
+            if self.causal {
+                (i + tk + 1).saturating_sub(tq).min(tk)
+            } else {
+                tk
+            }
+        };
         for h in 0..nh {
             let pat = &mut pattern[h * tq * tk..(h + 1) * tq * tk];
             let (qh, kh, vh) = (&q[h * dqk..], &k[h * dqk..], &v[h * dv..]);
@@ -202,20 +210,18 @@ impl Attention {
                         row.iter_mut().zip(b).for_each(|(x, &bj)| *x += bj);
                     }
                     if only_causal {
-                        // the kept keys are a prefix: the softmax over it alone gives
-                        // the same numbers (masked keys only add zeros to the sum)
-                        // without a branch per key
-                        let kept = if self.causal {
-                            (i + tk + 1).saturating_sub(tq).min(n)
-                        } else {
-                            n
-                        };
-                        let (kept, masked) = row.split_at_mut(kept);
-                        softmax::row_in_place(kept, |_| true);
-                        masked.iter_mut().for_each(|x| *x = T::zero());
+                        row[kept(i)..].iter_mut().for_each(|x| *x = T::zero());
                     } else {
                         softmax::row_in_place(row, |j| self.allowed(ex, h, i, j));
                     }
+                }
+                if only_causal {
+                    // the kept keys are a prefix: the softmax over it alone gives the
+                    // same numbers (masked keys only add zeros to the sum) without a
+                    // branch per key, and the block's rows side by side
+                    softmax::prefix_rows_in_place(&mut pat[i0 * tk..], i1 - i0, tk, |r| {
+                        kept(i0 + r)
+                    });
                 }
                 // z[i, h] = pat[i, :n] · v[:n, h]
                 matmul_strided(

@@ -27,6 +27,9 @@
 
 use crate::Float;
 
+mod rows;
+pub use rows::{backward_rows_in_place, prefix_rows_in_place};
+
 /// Softmax of every row of `z` into `p`, overwriting `p`.
 ///
 /// `mask` (`true` = keep) is either `[C]`, shared by all rows, or `[R, C]`.
@@ -163,10 +166,16 @@ fn normalise<T: Float>(row: &mut [T], m: T, keep: impl Fn(usize) -> bool) {
         row.iter_mut().for_each(|v| *v = T::zero());
         return;
     }
-    let mut sum = T::zero();
+    // Two passes with the one pass's bits: the `exp` calls first, independent of
+    // each other, then the in-order sum. In one loop the running sum waited on
+    // each call and went through the stack around it (every register is the
+    // callee's to clobber), a chain of about 10 cycles per entry.
     for (j, v) in row.iter_mut().enumerate() {
         *v = if keep(j) { (*v - m).exp() } else { T::zero() };
-        sum += *v;
+    }
+    let mut sum = T::zero();
+    for &v in row.iter() {
+        sum += v;
     }
     // sum >= 1: the maximum contributes exp(0). A division rather than a product
     // with `1/sum`: it is the last bit more accurate, and it is what the models'
@@ -182,71 +191,6 @@ pub fn backward_row_in_place<T: Float>(g: &mut [T], p: &[T]) {
     let (at_max, inner) = centred_inner(g, p);
     for (gj, &pj) in g.iter_mut().zip(p) {
         *gj = pj * ((*gj - at_max) - inner);
-    }
-}
-
-/// [`backward_row_in_place`] of `rows` rows of `n` entries, row `r` at
-/// `g[r·stride..]` and `p[r·stride..]`, with the same bits: a row's `⟨g − g_m, p⟩`
-/// is an in-order chain (its order fixes its bits), so [`ROWS`] rows' chains run
-/// side by side, each in its own order, and the loops compile for the widest
-/// SIMD level ([`crate::simd::widest`]).
-pub fn backward_rows_in_place<T: Float>(
-    g: &mut [T],
-    p: &[T],
-    rows: usize,
-    n: usize,
-    stride: usize,
-) {
-    // g: [rows, stride] (dp in, dz out on the first n columns), p: [rows, stride]
-    if rows == 0 || n == 0 {
-        return;
-    }
-    assert!(rows == 1 || n <= stride, "softmax: rows overlap");
-    let need = (rows - 1) * stride + n;
-    assert!(
-        g.len() >= need && p.len() >= need,
-        "softmax: rows run past the buffers"
-    );
-    let full = rows / ROWS * ROWS;
-    crate::simd::widest(
-        #[inline(always)]
-        || {
-            for r in (0..full).step_by(ROWS) {
-                let at = r * stride;
-                backward_group::<T, ROWS>(&mut g[at..], &p[at..], n, stride);
-            }
-            for r in full..rows {
-                let at = r * stride;
-                backward_group::<T, 1>(&mut g[at..], &p[at..], n, stride);
-            }
-        },
-    )
-}
-
-/// Rows whose backward chains run side by side ([`backward_rows_in_place`]).
-const ROWS: usize = 4;
-
-/// [`backward_row_in_place`] of `G` rows (`n ≥ 1` entries each, `stride` apart).
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // the column loop reads the G rows: that is the order
-fn backward_group<T: Float, const G: usize>(g: &mut [T], p: &[T], n: usize, stride: usize) {
-    let ps: [&[T]; G] = std::array::from_fn(|k| &p[k * stride..k * stride + n]);
-    let at_max: [T; G] = std::array::from_fn(|k| g[k * stride + first_argmax(ps[k])]);
-    // `iter().sum()` starts at −0 for f32 and f64; so do these chains.
-    let mut inner: [T; G] = [std::iter::empty().sum(); G];
-    {
-        let gs: [&[T]; G] = std::array::from_fn(|k| &g[k * stride..k * stride + n]);
-        for j in 0..n {
-            for k in 0..G {
-                inner[k] += (gs[k][j] - at_max[k]) * ps[k][j];
-            }
-        }
-    }
-    for k in 0..G {
-        let row = &mut g[k * stride..k * stride + n];
-        for (gj, &pj) in row.iter_mut().zip(ps[k]) {
-            *gj = pj * ((*gj - at_max[k]) - inner[k]);
-        }
     }
 }
 
@@ -462,55 +406,5 @@ mod tests {
         row[3] = f32::NAN;
         assert_eq!(max_in_lanes(&row), 2.0);
         assert_eq!(max_in_lanes::<f32>(&[]), f32::NEG_INFINITY);
-    }
-
-    #[test]
-    fn rows_side_by_side_give_each_rows_bits() {
-        // rows of a shared stride, a saturated one, ties and −0 among them
-        let mut state = 99u64;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) % 1000) as f64 / 1000.0
-        };
-        for (rows, n, stride) in [(1, 5, 5), (3, 7, 9), (4, 1, 4), (9, 33, 40), (6, 64, 64)] {
-            let mut p: Vec<f64> = (0..rows * stride).map(|_| next()).collect();
-            for r in 0..rows {
-                let row = &mut p[r * stride..r * stride + n];
-                let s: f64 = row.iter().sum();
-                row.iter_mut().for_each(|v| *v /= s);
-            }
-            p[0] = 1.0; // a saturated row's top entry
-            p[1..n.min(stride)].iter_mut().for_each(|v| *v *= 1e-20);
-            let mut g: Vec<f64> = (0..rows * stride).map(|_| next() - 0.5).collect();
-            let at = stride.min(g.len() - 1);
-            g[at] = -0.0;
-            {
-                let (gg, pp) = (&g, &p);
-                let mut want = gg.clone();
-                for r in 0..rows {
-                    let at = r * stride;
-                    backward_row_in_place(&mut want[at..at + n], &pp[at..at + n]);
-                }
-                let mut got = gg.clone();
-                backward_rows_in_place(&mut got, pp, rows, n, stride);
-                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "f64 rows {rows} n {n}");
-                let (g32, p32): (Vec<f32>, Vec<f32>) = (
-                    gg.iter().map(|&x| x as f32).collect(),
-                    pp.iter().map(|&x| x as f32).collect(),
-                );
-                let mut want = g32.clone();
-                for r in 0..rows {
-                    let at = r * stride;
-                    backward_row_in_place(&mut want[at..at + n], &p32[at..at + n]);
-                }
-                let mut got = g32.clone();
-                backward_rows_in_place(&mut got, &p32, rows, n, stride);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "f32 rows {rows} n {n}");
-            }
-        }
     }
 }
