@@ -10,7 +10,7 @@
 use super::{Gpt, LN_EPS};
 use crate::hooks::HookError;
 use crate::layers::attention::{Attention, AttnExtras};
-use crate::layers::loss::{cross_entropy_logits, Reduction};
+use crate::layers::loss::cross_entropy_rows;
 use crate::layers::{embedding, gelu, layernorm, linear};
 use crate::matmul::{matmul_strided, Op};
 use crate::Float;
@@ -540,20 +540,20 @@ impl<T: Float> Work<T> {
         let v = self.dlogits.len() / (self.per * self.t);
         let rows = self.n * self.t;
         let s = T::of(scale);
-        self.loss_sum = 0.0;
-        for r in 0..rows {
-            let rr = r * v..(r + 1) * v;
-            let out = cross_entropy_logits(
-                &mut self.dlogits[rr.clone()],
-                &self.logits[rr.clone()],
-                &self.labels[r..r + 1],
-                v,
-                Reduction::Sum,
-            );
-            self.tok_loss[r] = out.loss;
-            self.loss_sum += out.loss;
-            self.dlogits[rr].iter_mut().for_each(|g| *g *= s);
-        }
+        let (tok_loss, loss_sum) = (&mut self.tok_loss, &mut self.loss_sum);
+        *loss_sum = 0.0;
+        cross_entropy_rows(
+            &mut self.dlogits[..rows * v],
+            &self.logits[..rows * v],
+            &self.labels[..rows],
+            v,
+            1.0,
+            |r, loss| {
+                tok_loss[r] = loss;
+                *loss_sum += loss;
+            },
+        );
+        self.dlogits[..rows * v].iter_mut().for_each(|g| *g *= s);
     }
 
     /// Per-row losses only (evaluation).

@@ -8,7 +8,8 @@
 //!
 //! * [`logistic`]: binary logistic loss `log(1 + exp(−y f))`, `y ∈ {±1}`.
 //! * [`cross_entropy_logits`]: `−log softmax(z)_y` over `V` classes, unlabelled
-//!   rows (`None`) ignored.
+//!   rows (`None`) ignored; [`cross_entropy_rows`] is the same with each row's
+//!   loss handed back (per-token losses).
 //! * [`cross_entropy_probs`]: `−log max(p_y, PROB_FLOOR)` for rows that already are
 //!   probabilities.
 //! * [`cross_entropy_probs_as_logits`]: `−log softmax(p)_y`, cross-entropy applied
@@ -27,6 +28,7 @@
 //! assert_eq!(&d[2..], &[0.0, 0.0]);
 //! ```
 
+use crate::layers::softmax::first_argmax;
 use crate::Float;
 
 /// How per-row losses combine.
@@ -102,6 +104,31 @@ pub fn cross_entropy_logits<T: Float>(
     red: Reduction,
 ) -> LossOut {
     // logits: [R, V], labels: [R] -> dlogits: [R, V]
+    let count = labels.iter().filter(|l| l.is_some()).count();
+    let w = weight(red, count);
+    let mut total = 0.0;
+    cross_entropy_rows(dlogits, logits, labels, v, w, |_, loss| total += loss);
+    LossOut {
+        loss: total * w,
+        count,
+    }
+}
+
+/// [`cross_entropy_logits`] row by row: writes `dlogits = w · (softmax(z) −
+/// onehot(y))` on labelled rows and `0` elsewhere, and hands each row's unweighted
+/// loss to `each(row, loss)` in row order (`0` for an unlabelled row), for callers
+/// that keep per-token losses. A row's sums are in-order chains (their order fixes
+/// their bits), so four labelled rows' chains run side by side, each in its own
+/// order, compiled for the widest SIMD level: the bits are those of one row at a time.
+pub fn cross_entropy_rows<T: Float>(
+    dlogits: &mut [T],
+    logits: &[T],
+    labels: &[Option<usize>],
+    v: usize,
+    w: f64,
+    mut each: impl FnMut(usize, f64),
+) {
+    // logits: [R, V], labels: [R] -> dlogits: [R, V]
     let r = labels.len();
     assert_eq!(logits.len(), r * v, "cross_entropy: logits are not [R, V]");
     assert_eq!(
@@ -109,53 +136,99 @@ pub fn cross_entropy_logits<T: Float>(
         r * v,
         "cross_entropy: dlogits are not [R, V]"
     );
-    let count = labels.iter().filter(|l| l.is_some()).count();
-    let w = weight(red, count);
+    for y in labels.iter().flatten() {
+        assert!(*y < v, "cross_entropy: label {y} outside {v} classes");
+    }
+    if v == 0 {
+        labels.iter().enumerate().for_each(|(i, _)| each(i, 0.0));
+        return;
+    }
     let tw = T::of(w);
-    let mut total = 0.0;
-    for (i, label) in labels.iter().enumerate() {
-        let (z, d) = (
-            &logits[i * v..(i + 1) * v],
-            &mut dlogits[i * v..(i + 1) * v],
-        );
-        let Some(y) = *label else {
-            d.iter_mut().for_each(|x| *x = T::zero());
-            continue;
-        };
-        assert!(y < v, "cross_entropy: label {y} outside {v} classes");
-        // The largest logit (the first if tied) contributes exp(0) = 1 to the sum.
-        let mut top = 0;
-        for (j, &zj) in z.iter().enumerate() {
-            if zj > z[top] {
-                top = j;
+    crate::simd::widest(
+        #[inline(always)]
+        || {
+            let mut i = 0;
+            while i < r {
+                let rows = i * v..(i + GROUP).min(r) * v;
+                if i + GROUP <= r && labels[i..i + GROUP].iter().all(Option::is_some) {
+                    let ys = std::array::from_fn(|k| labels[i + k].unwrap_or(0));
+                    let losses =
+                        ce_group::<T, GROUP>(&mut dlogits[rows.clone()], &logits[rows], ys, v, tw);
+                    losses.iter().enumerate().for_each(|(k, &l)| each(i + k, l));
+                    i += GROUP;
+                    continue;
+                }
+                let row = i * v..(i + 1) * v;
+                match labels[i] {
+                    Some(y) => {
+                        let [l] =
+                            ce_group::<T, 1>(&mut dlogits[row.clone()], &logits[row], [y], v, tw);
+                        each(i, l);
+                    }
+                    None => {
+                        dlogits[row].iter_mut().for_each(|x| *x = T::zero());
+                        each(i, 0.0);
+                    }
+                }
+                i += 1;
+            }
+        },
+    )
+}
+
+/// Labelled rows whose chains [`cross_entropy_rows`] runs side by side.
+const GROUP: usize = 4;
+
+/// One row's cross-entropy for each of `G` rows of `v ≥ 1` logits (labels `ys`):
+/// writes the rows' `dlogits`, returns their losses.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // the chain loops read the G rows: that is the order
+fn ce_group<T: Float, const G: usize>(
+    d: &mut [T],
+    z: &[T],
+    ys: [usize; G],
+    v: usize,
+    tw: T,
+) -> [f64; G] {
+    // z: [G, V], ys: [G] -> d: [G, V]
+    // The largest logit (the first if tied) contributes exp(0) = 1 to the sum.
+    let top: [usize; G] = std::array::from_fn(|k| first_argmax(&z[k * v..(k + 1) * v]));
+    let m: [T; G] = std::array::from_fn(|k| z[k * v + top[k]]);
+    for k in 0..G {
+        for (dj, &zj) in d[k * v..(k + 1) * v].iter_mut().zip(&z[k * v..(k + 1) * v]) {
+            *dj = (zj - m[k]).exp();
+        }
+    }
+    // Σ_(j≠top) and, below, Σ_(j≠y): the c-th term of row k's chain is entry
+    // c + (c ≥ skipped), so every row skips its own entry and keeps its order.
+    let skip_sum = |d: &[T], skip: [usize; G], start: T| {
+        let mut acc = [start; G];
+        for c in 0..v - 1 {
+            for k in 0..G {
+                acc[k] += d[k * v + c + usize::from(c >= skip[k])];
             }
         }
-        let m = z[top];
-        let mut rest = T::zero();
-        for (j, (di, &zi)) in d.iter_mut().zip(z).enumerate() {
-            *di = (zi - m).exp();
-            if j != top {
-                rest += *di;
-            }
-        }
-        let sum = T::one() + rest;
+        acc
+    };
+    let rest = skip_sum(d, top, T::zero());
+    let mut losses = [0.0; G];
+    for k in 0..G {
+        let sum = T::one() + rest[k];
         // loss = log(1 + Σ_(j≠top) exp(z_j − m)) + m − z_y: `ln_1p` keeps a loss
         // near 0 that `ln(sum)` would round to exactly 0 once sum rounds to 1.
-        total += (rest.ln_1p() + (m - z[y])).as_f64();
-        d.iter_mut().for_each(|x| *x = *x / sum * tw);
-        // dz_y = w (p_y − 1) = −w Σ_(j≠y) p_j: the difference would cancel to
-        // noise once p_y rounds to 1, the sum of the small terms does not.
-        d[y] = -d
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != y)
-            .map(|(_, &x)| x)
-            .sum::<T>();
+        losses[k] = (rest[k].ln_1p() + (m[k] - z[k * v + ys[k]])).as_f64();
+        d[k * v..(k + 1) * v]
+            .iter_mut()
+            .for_each(|x| *x = *x / sum * tw);
     }
-    LossOut {
-        loss: total * w,
-        count,
+    // dz_y = w (p_y − 1) = −w Σ_(j≠y) p_j: the difference would cancel to noise
+    // once p_y rounds to 1, the sum of the small terms does not. (`iter().sum()`
+    // starts at −0, and so does this chain.)
+    let others = skip_sum(d, ys, std::iter::empty().sum());
+    for k in 0..G {
+        d[k * v + ys[k]] = -others[k];
     }
+    losses
 }
 
 /// Cross-entropy from probabilities `[R, V]`: per labelled row
@@ -419,5 +492,81 @@ mod tests {
         let b = cross_entropy_logits(&mut d64, &z, &labels(), v, Mean);
         assert!((a.loss - b.loss).abs() < 1e-6);
         assert_close("ce f32", &to_f64(&d32), &d64, 1e-6);
+    }
+
+    /// One row as a plain loop computes it: the compare chain for the top logit,
+    /// the in-order chains that skip one entry.
+    fn one_row<T: Float>(d: &mut [T], z: &[T], y: usize, w: T) -> f64 {
+        let mut top = 0;
+        for (j, &zj) in z.iter().enumerate() {
+            if zj > z[top] {
+                top = j;
+            }
+        }
+        let m = z[top];
+        let mut rest = T::zero();
+        for (j, (dj, &zj)) in d.iter_mut().zip(z).enumerate() {
+            *dj = (zj - m).exp();
+            if j != top {
+                rest += *dj;
+            }
+        }
+        let sum = T::one() + rest;
+        d.iter_mut().for_each(|x| *x = *x / sum * w);
+        let others: T = d
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != y)
+            .map(|(_, &x)| x)
+            .sum();
+        d[y] = -others;
+        (rest.ln_1p() + (m - z[y])).as_f64()
+    }
+
+    /// The grouped rows give each row's bits as the plain loop does, and hand
+    /// the losses over in row order (unlabelled rows: 0 and a zero gradient):
+    /// saturated rows, ties, labels on the top logit, rows past the lanes'
+    /// threshold, one class, in f32 and f64.
+    #[test]
+    fn grouped_rows_give_the_plain_loops_bits() {
+        fn check<T: Float>(z: &[T], labels: &[Option<usize>], v: usize) {
+            let w = 0.37;
+            let mut want = vec![T::zero(); z.len()];
+            let mut want_loss = vec![0.0; labels.len()];
+            for (i, y) in labels.iter().enumerate() {
+                if let Some(y) = *y {
+                    let row = i * v..(i + 1) * v;
+                    want_loss[i] = one_row(&mut want[row.clone()], &z[row], y, T::of(w));
+                }
+            }
+            let mut got = vec![T::of(9.0); z.len()];
+            let mut got_loss = vec![];
+            cross_entropy_rows(&mut got, z, labels, v, w, |i, l| got_loss.push((i, l)));
+            let bits = |x: &[T]| x.iter().map(|a| a.as_f64().to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "dlogits, v {v}");
+            let order: Vec<(usize, u64)> = want_loss
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i, l.to_bits()))
+                .collect();
+            let got_order: Vec<(usize, u64)> =
+                got_loss.iter().map(|&(i, l)| (i, l.to_bits())).collect();
+            assert_eq!(got_order, order, "losses, v {v}");
+        }
+        let mut r = rng(41);
+        for v in [1, 3, 7, 40] {
+            let rows = 11;
+            let mut z: Vec<f64> = uniform(&mut r, rows * v).iter().map(|x| 6.0 * x).collect();
+            if v > 1 {
+                z[v] = 800.0; // row 1 saturated
+                z[2 * v + 1] = z[2 * v]; // a tie in row 2
+            }
+            let labels: Vec<Option<usize>> = (0..rows)
+                .map(|i| (i != 5 && i != 10).then_some((i * 7 + 3) % v))
+                .collect();
+            check(&z, &labels, v);
+            let z32: Vec<f32> = z.iter().map(|&x| x as f32).collect();
+            check(&z32, &labels, v);
+        }
     }
 }
