@@ -103,16 +103,34 @@ where
     dst.par_chunks_mut(REDUCE_BLOCK)
         .enumerate()
         .for_each(|(b, block)| {
-            let off = b * REDUCE_BLOCK;
-            for (i, d) in block.iter_mut().enumerate() {
-                let mut s = part(first)[off + i];
-                for w in rest {
-                    s += part(w)[off + i];
-                }
-                *d += s;
-            }
+            // Chunk by chunk over a tile of sums, rather than chunk by chunk per
+            // element: the same additions in the same order for every element,
+            // as loops the compiler vectorises, without a slice lookup per
+            // element and chunk.
+            crate::simd::widest(
+                #[inline(always)]
+                || {
+                    let mut acc = [T::zero(); REDUCE_TILE];
+                    for (t, tile) in block.chunks_mut(REDUCE_TILE).enumerate() {
+                        let at = b * REDUCE_BLOCK + t * REDUCE_TILE;
+                        let (n, acc) = (tile.len(), &mut acc[..tile.len()]);
+                        acc.copy_from_slice(&part(first)[at..at + n]);
+                        for w in rest {
+                            for (s, &x) in acc.iter_mut().zip(&part(w)[at..at + n]) {
+                                *s += x;
+                            }
+                        }
+                        for (d, &s) in tile.iter_mut().zip(acc.iter()) {
+                            *d += s;
+                        }
+                    }
+                },
+            )
         });
 }
+
+/// Elements summed together in a [`reduce_ordered`] block (a stack tile).
+const REDUCE_TILE: usize = 256;
 
 #[cfg(test)]
 mod tests {
@@ -230,7 +248,7 @@ mod tests {
             .build()
             .unwrap();
         pool.install(|| reduce_ordered(&mut dst, &parts, |p| &p[..]));
-        for i in [0, REDUCE_BLOCK - 1, REDUCE_BLOCK, n - 1] {
+        for i in 0..n {
             let mut s = parts[0][i];
             for p in &parts[1..] {
                 s += p[i];
