@@ -478,11 +478,17 @@ fn forward<T: Float>(
         };
         for hd in 0..h {
             let (o, keys) = (hd * dh, Keys { o: hd * dh, ..keys });
+            let head = &mut pat[hd * t * t..(hd + 1) * t * t];
             for i in 0..t {
                 // pattern[hd, i, :]: [T], causal
-                let row = &mut pat[(hd * t + i) * t..(hd * t + i + 1) * t];
+                let row = &mut head[i * t..(i + 1) * t];
                 keys.scores(row, &q[i * d + o..], i, scale);
-                softmax::row_in_place(row, |j| j <= i);
+                row[i + 1..].iter_mut().for_each(|x| *x = T::zero());
+            }
+            // the causal softmax over each row's keys j ≤ i, rows side by side
+            softmax::prefix_rows_in_place(head, t, t, |i| i + 1);
+            for i in 0..t {
+                let row = &pat[(hd * t + i) * t..(hd * t + i + 1) * t];
                 // z_i += (a_ij ⊙ mask_ij) v_j; the pattern keeps a_ij
                 let mrow = w
                     .drop_on
