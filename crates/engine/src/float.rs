@@ -49,6 +49,21 @@ pub trait Float:
     fn write_le(self, out: &mut Vec<u8>);
     /// Reads one value from exactly `Self::BYTES` little-endian bytes.
     fn read_le(bytes: &[u8]) -> Self;
+
+    /// `x ← e^(x − m)` for every entry, `(x − m).exp()` bit for bit: the softmax
+    /// rows' `exp` pass. `f32` runs [`crate::expf`]'s vectorised kernel.
+    #[inline(always)]
+    fn exp_shifted_in_place(xs: &mut [Self], m: Self) {
+        xs.iter_mut().for_each(|v| *v = (*v - m).exp());
+    }
+    /// `out ← e^(x − m)` entry by entry, as [`Float::exp_shifted_in_place`].
+    #[inline(always)]
+    fn exp_shifted_into(out: &mut [Self], xs: &[Self], m: Self) {
+        assert_eq!(out.len(), xs.len(), "exp: out and xs differ in length");
+        out.iter_mut()
+            .zip(xs)
+            .for_each(|(o, &x)| *o = (x - m).exp());
+    }
 }
 
 impl Float for f32 {
@@ -65,6 +80,12 @@ impl Float for f32 {
     }
     fn read_le(bytes: &[u8]) -> Self {
         f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+    }
+    fn exp_shifted_in_place(xs: &mut [Self], m: Self) {
+        crate::expf::shifted_in_place(xs, m)
+    }
+    fn exp_shifted_into(out: &mut [Self], xs: &[Self], m: Self) {
+        crate::expf::shifted_into(out, xs, m)
     }
 }
 

@@ -76,6 +76,7 @@
 //!
 
 pub mod bert;
+pub mod expf;
 pub mod f64x2;
 pub mod float;
 pub mod gpt;

@@ -195,9 +195,7 @@ fn ce_group<T: Float, const G: usize>(
     let top: [usize; G] = std::array::from_fn(|k| first_argmax(&z[k * v..(k + 1) * v]));
     let m: [T; G] = std::array::from_fn(|k| z[k * v + top[k]]);
     for k in 0..G {
-        for (dj, &zj) in d[k * v..(k + 1) * v].iter_mut().zip(&z[k * v..(k + 1) * v]) {
-            *dj = (zj - m[k]).exp();
-        }
+        T::exp_shifted_into(&mut d[k * v..(k + 1) * v], &z[k * v..(k + 1) * v], m[k]);
     }
     // Σ_(j≠top) and, below, Σ_(j≠y): the c-th term of row k's chain is entry
     // c + (c ≥ skipped), so every row skips its own entry and keeps its order.

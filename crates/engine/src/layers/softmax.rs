@@ -170,8 +170,13 @@ fn normalise<T: Float>(row: &mut [T], m: T, keep: impl Fn(usize) -> bool) {
     // each other, then the in-order sum. In one loop the running sum waited on
     // each call and went through the stack around it (every register is the
     // callee's to clobber), a chain of about 10 cycles per entry.
+    // (The masked entries' `exp`s are computed too, then zeroed: the kernel runs
+    // whole rows at a time.)
+    T::exp_shifted_in_place(row, m);
     for (j, v) in row.iter_mut().enumerate() {
-        *v = if keep(j) { (*v - m).exp() } else { T::zero() };
+        if !keep(j) {
+            *v = T::zero();
+        }
     }
     let mut sum = T::zero();
     for &v in row.iter() {

@@ -95,9 +95,7 @@ fn prefix_group<T: Float, const G: usize>(p: &mut [T], mut lens: [usize; G], str
             lens[k] = 0;
             continue;
         }
-        for v in row.iter_mut() {
-            *v = (*v - m).exp();
-        }
+        T::exp_shifted_in_place(row, m);
     }
     // `normalise`'s sum starts at +0; so do these chains.
     let mut sums = [T::zero(); G];

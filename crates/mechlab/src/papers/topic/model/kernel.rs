@@ -260,9 +260,7 @@ fn loss_and_grad<T: Float>(
                 let dl = &mut w.d_logits[r * v..(r + 1) * v];
                 let top = argmax(row);
                 let m = row[top];
-                for (g, x) in dl.iter_mut().zip(row) {
-                    *g = (*x - m).exp();
-                }
+                T::exp_shifted_into(dl, row, m);
                 // Σ_(i≠top) without a branch in the loop (not Σ − 1, which cancels)
                 dl[top] = T::zero();
                 let rest = dl.iter().copied().sum::<T>();
