@@ -26,6 +26,8 @@
 //! true value for `x ∈ [−87.5, 88]` (tested against f64). Below −87.5 it returns
 //! exactly 0 (the true value is under 1.1·10⁻³⁸, subnormal), so `exp(−∞) = 0`;
 //! above 88 it returns `e^88`: callers here only pass `x ≤ 0`.
+//! Training keeps libm's bits instead, through [`crate::expf`] (slower than this
+//! one, but every f32 run's numbers stay as they were).
 //!
 //! ```
 //! use mechlab_engine::simd;
