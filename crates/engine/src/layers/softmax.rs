@@ -143,10 +143,25 @@ pub fn first_argmax<T: Float>(p: &[T]) -> usize {
     match p.first() {
         Some(p0) if !p0.is_nan() => {
             let top = max_in_lanes(p);
-            // a plain loop: `position`'s closure stayed a call at a wider level
-            for (j, &v) in p.iter().enumerate() {
+            // Sixteen entries' comparisons at a time, which vectorise (a loop that
+            // returns at the first match does not), then the match's place in
+            // its chunk; plain loops: `position`'s closure stayed a call at a
+            // wider level.
+            let mut chunks = p.chunks_exact(16);
+            for (c, chunk) in (&mut chunks).enumerate() {
+                let hit = chunk.iter().fold(false, |h, &v| h | (v == top));
+                if hit {
+                    for (i, &v) in chunk.iter().enumerate() {
+                        if v == top {
+                            return c * 16 + i;
+                        }
+                    }
+                }
+            }
+            let base = p.len() - chunks.remainder().len();
+            for (i, &v) in chunks.remainder().iter().enumerate() {
                 if v == top {
-                    return j;
+                    return base + i;
                 }
             }
             0
@@ -404,6 +419,14 @@ mod tests {
                 }
                 assert_eq!(first_argmax(&p), chain(&p), "{p:?}");
             }
+        }
+        // a lone maximum in every chunk and in the remainder, a NaN before it
+        for at in 0..70 {
+            let mut p = vec![-1.0f64; 70];
+            p[at] = 2.0;
+            p[at.saturating_sub(1).max(1)] = if at > 1 { f64::NAN } else { p[1] };
+            assert_eq!(first_argmax(&p), at, "maximum at {at}");
+            assert_eq!(first_argmax(&p), chain(&p), "maximum at {at}");
         }
         // the largest non-NaN entry, wherever it sits among the lanes
         let mut row = vec![-5.0f32; 37];
