@@ -1,5 +1,9 @@
 //! Matrix products through the `gemm` project's f32 and f64 crates, on row-major slices.
 //!
+//! Small f32 products whose second operand is used as stored (an attention head's
+//! `P·v`, `Pᵀ·dz`, `dP·k`) go to a kernel of our own on AVX-512 (`direct.rs`),
+//! which skips `gemm`'s packing and computes `gemm`'s bits; the rest go to `gemm`.
+//!
 //! Layers call [`matmul`] inside per-sample (or per-chunk) work that `rayon` already
 //! spreads over the cores, so the product itself runs single-threaded by default;
 //! [`matmul_par`] is for the rare large product outside such a loop.
@@ -16,6 +20,8 @@
 
 use crate::Float;
 use gemm_common::Parallelism;
+
+mod direct;
 
 /// Whether an operand is used as stored (`N`) or transposed (`T`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,6 +300,54 @@ fn gemm_with<T: Float>(
         ordered_product(c, ldc, a, lda, op_a, b, ldb, op_b, [m, k, n], accumulate);
         return;
     }
+    if matches!(par, Parallelism::None)
+        && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+    {
+        // SAFETY: T is f32 (checked just above), so the slices are f32 slices of the
+        // same lengths; `direct::product` gets the bounds the asserts above checked.
+        let (c32, a32, b32) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut f32, c.len()),
+                std::slice::from_raw_parts(a.as_ptr() as *const f32, a.len()),
+                std::slice::from_raw_parts(b.as_ptr() as *const f32, b.len()),
+            )
+        };
+        let shape = [m, k, n];
+        if direct::product(c32, ldc, a32, lda, op_a, b32, ldb, op_b, shape, accumulate) {
+            return;
+        }
+    }
+    call_gemm(
+        c,
+        ldc,
+        a,
+        lda,
+        op_a,
+        b,
+        ldb,
+        op_b,
+        [m, k, n],
+        accumulate,
+        par,
+    );
+}
+
+/// The product through `gemm` itself, once [`gemm_with`] has checked the bounds
+/// and that `T` is f32 or f64.
+#[allow(clippy::too_many_arguments)]
+fn call_gemm<T: Float>(
+    c: &mut [T],
+    ldc: usize,
+    a: &[T],
+    lda: usize,
+    op_a: Op,
+    b: &[T],
+    ldb: usize,
+    op_b: Op,
+    [m, k, n]: [usize; 3],
+    accumulate: bool,
+    par: Parallelism,
+) {
     // (column stride, row stride) of each operand as gemm sees it.
     let (a_cs, a_rs) = match op_a {
         Op::N => (1isize, lda as isize),
@@ -324,10 +378,10 @@ fn gemm_with<T: Float>(
         (lhs, rhs)
     };
     let dst = c.as_mut_ptr();
-    // SAFETY: the asserts above guarantee every index gemm touches is in bounds for the
+    // SAFETY: `gemm_with`'s asserts guarantee every index gemm touches is in bounds for the
     // given strides; c does not alias a or b (they are distinct borrows). Every
-    // stride is positive. The casts only rename T: `gemm_supports` checked above
-    // that T is f32 or f64, and the TypeId picks which.
+    // stride is positive. The casts only rename T: `gemm_with` checked that T is
+    // f32 or f64, and the TypeId picks which.
     unsafe {
         if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
             gemm_f32::gemm::f32::get_gemm_fn()(
