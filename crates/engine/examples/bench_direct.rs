@@ -10,16 +10,69 @@ use mechlab_engine::matmul::{matmul_strided, measured_peak_gflops, Op};
 use std::process::Command;
 use std::time::Instant;
 
-/// (name, m, k, n, op_a, accumulate): `c[m, n] (+)= op(a)[m, k] · b[k, n]`.
-const SHAPES: [(&str, usize, usize, usize, Op, bool); 8] = [
-    ("topic P·v      19×120×100", 19, 120, 100, Op::N, false),
-    ("topic Pᵀ·dz   120×19×100", 120, 19, 100, Op::T, false),
-    ("topic dP·k     19×150×100", 19, 150, 100, Op::N, false),
-    ("topic dPᵀ·q   150×19×100", 150, 19, 100, Op::T, false),
-    ("gpt P·v        64×128×32", 64, 128, 32, Op::N, false),
-    ("gpt dv +=     128×64×32", 128, 64, 32, Op::T, true),
-    ("gpt P·v        64×256×32", 64, 256, 32, Op::N, false),
-    ("gpt dq +=      64×256×32", 64, 256, 32, Op::N, true),
+/// (name, m, k, n, op_a, op_b, accumulate): `c[m, n] (+)= op(a)[m, k] · op(b)[k, n]`.
+type Shape = (&'static str, usize, usize, usize, Op, Op, bool);
+const SHAPES: [Shape; 12] = [
+    (
+        "topic q·kᵀ     19×100×120",
+        19,
+        100,
+        120,
+        Op::N,
+        Op::T,
+        false,
+    ),
+    (
+        "topic P·v      19×120×100",
+        19,
+        120,
+        100,
+        Op::N,
+        Op::N,
+        false,
+    ),
+    (
+        "topic dz·vᵀ    19×100×150",
+        19,
+        100,
+        150,
+        Op::N,
+        Op::T,
+        false,
+    ),
+    (
+        "topic Pᵀ·dz   120×19×100",
+        120,
+        19,
+        100,
+        Op::T,
+        Op::N,
+        false,
+    ),
+    (
+        "topic dP·k     19×150×100",
+        19,
+        150,
+        100,
+        Op::N,
+        Op::N,
+        false,
+    ),
+    (
+        "topic dPᵀ·q   150×19×100",
+        150,
+        19,
+        100,
+        Op::T,
+        Op::N,
+        false,
+    ),
+    ("gpt q·kᵀ       64×32×128", 64, 32, 128, Op::N, Op::T, false),
+    ("gpt P·v        64×128×32", 64, 128, 32, Op::N, Op::N, false),
+    ("gpt dv +=     128×64×32", 128, 64, 32, Op::T, Op::N, true),
+    ("gpt q·kᵀ       64×32×256", 64, 32, 256, Op::N, Op::T, false),
+    ("gpt P·v        64×256×32", 64, 256, 32, Op::N, Op::N, false),
+    ("gpt dq +=      64×256×32", 64, 256, 32, Op::N, Op::N, true),
 ];
 
 /// Best time of each shape in µs, on this process's SIMD level.
@@ -33,14 +86,15 @@ fn times() -> Vec<f64> {
     let mut c = vec![0.0f32; 1 << 16];
     SHAPES
         .iter()
-        .map(|&(_, m, k, n, op_a, acc)| {
+        .map(|&(_, m, k, n, op_a, op_b, acc)| {
             let lda = if op_a == Op::N { k } else { m };
+            let ldb = if op_b == Op::N { n } else { k };
             let reps = (2e8 / (2 * m * k * n) as f64) as usize + 1;
             let mut best = f64::INFINITY;
             for _ in 0..5 {
                 let t = Instant::now();
                 for _ in 0..reps {
-                    matmul_strided(&mut c, n, &a, lda, op_a, &b, n, Op::N, m, k, n, acc);
+                    matmul_strided(&mut c, n, &a, lda, op_a, &b, ldb, op_b, m, k, n, acc);
                 }
                 best = best.min(t.elapsed().as_secs_f64() / reps as f64);
             }
@@ -93,7 +147,7 @@ fn main() {
         "{:28} {:>10} {:>10} {:>7} {:>8} {:>8}",
         "product", "direct µs", "gemm µs", "ratio", "direct", "gemm"
     );
-    for ((&(name, m, k, n, _, _), d), g) in SHAPES.iter().zip(&direct).zip(&gemm) {
+    for ((&(name, m, k, n, ..), d), g) in SHAPES.iter().zip(&direct).zip(&gemm) {
         let gflop = 2.0 * (m * k * n) as f64 / 1e3;
         println!(
             "{name:28} {d:10.2} {g:10.2} {:6.2}× {:7.1}% {:7.1}%",

@@ -1,8 +1,8 @@
 //! Matrix products through the `gemm` project's f32 and f64 crates, on row-major slices.
 //!
-//! Small f32 products whose second operand is used as stored (an attention head's
-//! `P·v`, `Pᵀ·dz`, `dP·k`) go to a kernel of our own on AVX-512 (`direct.rs`),
-//! which skips `gemm`'s packing and computes `gemm`'s bits; the rest go to `gemm`.
+//! Small f32 products (an attention head's `q·kᵀ`, `P·v` and their backward) go
+//! to a kernel of our own on AVX-512 (`direct.rs`), which skips most of `gemm`'s
+//! packing and computes `gemm`'s bits; the rest go to `gemm`.
 //!
 //! Layers call [`matmul`] inside per-sample (or per-chunk) work that `rayon` already
 //! spreads over the cores, so the product itself runs single-threaded by default;

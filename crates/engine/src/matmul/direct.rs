@@ -4,9 +4,12 @@
 //! `d_head` 32–100, up to a few hundred keys) `gemm` spends a large part of each
 //! call outside its inner kernel: it allocates and fills packed copies of both
 //! operands, looks up its cache-blocking plan, and writes ragged edge tiles
-//! through a scalar loop. Here the second operand is read in place (its rows are
-//! contiguous when it is used as stored), one row of the first is broadcast at a
-//! time, and ragged columns are masked loads and stores. Nothing is allocated.
+//! through a scalar loop. Here the second operand is read in place when it is
+//! used as stored (its rows are contiguous), or first copied into that order
+//! through 16 × 16 register transposes when it is used transposed (`q·kᵀ`,
+//! `dz·vᵀ`); one entry of the first operand is broadcast at a time, and ragged
+//! columns are masked loads and stores. Nothing is allocated once a thread's
+//! copy buffer has grown to its largest product.
 //!
 //! Why the bits are `gemm`'s: for a product with `2 < k ≤ 512`, `m, n ≥ 2` and
 //! `m·n > 256`, `gemm` (0.19, every x86 kernel that has FMA) runs its
@@ -30,22 +33,34 @@ use crate::simd::{self, Level};
 /// `crates/engine/examples/bench_direct.rs` times the shapes below it.
 pub(super) const MAX_WORK: usize = 1 << 21;
 
+/// A transposed `b` is first copied into `[k, n]` order (a thread's own buffer,
+/// 16 × 16 blocks transposed in registers); past this many entries that copy
+/// stops fitting the first-level caches and the product stays with `gemm`.
+pub(super) const MAX_PACKED: usize = 1 << 14;
+
 /// Whether [`product`] takes this shape: exactly the shapes where `gemm` runs its
 /// tiled micro-kernel over a single depth block (see the module doc), small
-/// enough that skipping its packing pays, with `b` used as stored.
+/// enough that skipping its packing pays.
 pub(super) fn takes(op_b: Op, m: usize, k: usize, n: usize) -> bool {
-    op_b == Op::N
-        && (3..=512).contains(&k)
+    (3..=512).contains(&k)
         && m >= 2
         && n >= 2
         && m * n > 256
         && m * k * n <= MAX_WORK
+        && (op_b == Op::N || k * n <= MAX_PACKED)
         && simd::level() == Level::Avx512
 }
 
-/// `c[m, n] (+)= op(a)[m, k] · b[k, n]`, row-major with row strides `ldc`, `lda`,
-/// `ldb`, if [`takes`] says so (returns whether it ran). The caller has checked
-/// that every index is inside its slice.
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// `b` in `[k, n]` order when it comes transposed: grown to the largest
+    /// product a thread has seen, then reused, so a training step allocates nothing.
+    static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `c[m, n] (+)= op(a)[m, k] · op(b)[k, n]`, row-major with row strides `ldc`,
+/// `lda`, `ldb`, if [`takes`] says so (returns whether it ran). The caller has
+/// checked that every index is inside its slice.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn product(
     c: &mut [f32],
@@ -77,11 +92,26 @@ pub(super) fn product(
             k,
             accumulate,
         };
-        // SAFETY: `takes` checked AVX-512 (with every feature the engine's wide
-        // level requires); the caller checked that c[(m−1)·ldc + n − 1],
-        // a(m−1, k−1) and b[(k−1)·ldb + n − 1] are in their slices, which bounds
-        // every address a tile reads or writes (masked lanes touch no memory).
-        unsafe { avx512::run(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, n, shape) };
+        // SAFETY (both calls): `takes` checked AVX-512 (with every feature the
+        // engine's wide level requires); the caller checked that c[(m−1)·ldc + n − 1],
+        // a(m−1, k−1) and op(b)(k−1, n−1) are in their slices, which bounds every
+        // address a tile or the copy reads or writes (masked lanes touch no
+        // memory), and the copy fills `k·n` entries of a buffer at least that long.
+        if op_b == Op::N {
+            unsafe { avx512::run(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, n, shape) };
+        } else {
+            PACKED.with(|cell| {
+                let mut bt = cell.borrow_mut();
+                if bt.len() < k * n {
+                    bt.resize(k * n, 0.0);
+                }
+                unsafe {
+                    avx512::transpose(bt.as_mut_ptr(), b.as_ptr(), ldb, n, k);
+                    let shape = Shape { ldb: n, ..shape };
+                    avx512::run(c.as_mut_ptr(), a.as_ptr(), bt.as_ptr(), m, n, shape);
+                }
+            });
+        }
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -139,6 +169,75 @@ mod avx512 {
             }
             j += 32;
         }
+    }
+
+    /// `out[q, j] = x[j, q]` for `x` stored `[rows, cols]` with row stride `ld`,
+    /// `out` dense `[cols, rows]`: 16 × 16 blocks, each loaded as 16 rows
+    /// (masked at the edges) and transposed in registers.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+    pub(super) unsafe fn transpose(
+        out: *mut f32,
+        x: *const f32,
+        ld: usize,
+        rows: usize,
+        cols: usize,
+    ) {
+        let lanes = |l: usize| ((1u32 << l.min(16)) - 1) as u16;
+        let mut j = 0;
+        while j < rows {
+            let jn = (rows - j).min(16);
+            let mut q = 0;
+            while q < cols {
+                let qn = (cols - q).min(16);
+                let mut r = [_mm512_setzero_ps(); 16];
+                for (l, rl) in r.iter_mut().enumerate().take(jn) {
+                    *rl = _mm512_maskz_loadu_ps(lanes(qn), x.add((j + l) * ld + q));
+                }
+                let t = block16(r);
+                for (s, ts) in t.iter().enumerate().take(qn) {
+                    _mm512_mask_storeu_ps(out.add((q + s) * rows + j), lanes(jn), *ts);
+                }
+                q += 16;
+            }
+            j += 16;
+        }
+    }
+
+    /// The 16 × 16 transpose: `t[s][l] = r[l][s]`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+    unsafe fn block16(r: [__m512; 16]) -> [__m512; 16] {
+        // pairs of rows interleaved by 32-bit entries (within each 128-bit block)
+        let mut a = [_mm512_setzero_ps(); 16];
+        for g in 0..8 {
+            a[2 * g] = _mm512_unpacklo_ps(r[2 * g], r[2 * g + 1]);
+            a[2 * g + 1] = _mm512_unpackhi_ps(r[2 * g], r[2 * g + 1]);
+        }
+        // c[g][s], block u: column 4u + s of rows 4g … 4g + 3
+        let mut c = [[_mm512_setzero_ps(); 4]; 4];
+        let lo = |x: __m512, y: __m512| {
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+        };
+        let hi = |x: __m512, y: __m512| {
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+        };
+        for (g, cg) in c.iter_mut().enumerate() {
+            let (x0, x1, y0, y1) = (a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3]);
+            *cg = [lo(x0, y0), hi(x0, y0), lo(x1, y1), hi(x1, y1)];
+        }
+        // gather block u of c[0][s] … c[3][s] into column 4u + s
+        let mut t = [_mm512_setzero_ps(); 16];
+        for s in 0..4 {
+            let d0 = _mm512_shuffle_f32x4::<0x88>(c[0][s], c[1][s]);
+            let d1 = _mm512_shuffle_f32x4::<0xDD>(c[0][s], c[1][s]);
+            let d2 = _mm512_shuffle_f32x4::<0x88>(c[2][s], c[3][s]);
+            let d3 = _mm512_shuffle_f32x4::<0xDD>(c[2][s], c[3][s]);
+            t[s] = _mm512_shuffle_f32x4::<0x88>(d0, d2);
+            t[4 + s] = _mm512_shuffle_f32x4::<0x88>(d1, d3);
+            t[8 + s] = _mm512_shuffle_f32x4::<0xDD>(d0, d2);
+            t[12 + s] = _mm512_shuffle_f32x4::<0xDD>(d1, d3);
+        }
+        t
     }
 
     /// One block of columns, `16·W` wide (`mask` per register), for every row.
@@ -228,45 +327,33 @@ mod tests {
 
     /// One product both ways, with padded row strides; the bits of every entry
     /// of `c` (padding included) must agree.
-    fn same_bits(rng: &mut rand_chacha::ChaCha8Rng, op_a: Op, [m, k, n]: [usize; 3], acc: bool) {
+    fn same_bits(
+        rng: &mut rand_chacha::ChaCha8Rng,
+        (op_a, op_b): (Op, Op),
+        [m, k, n]: [usize; 3],
+        acc: bool,
+    ) {
         let (ar, ac) = if op_a == Op::N { (m, k) } else { (k, m) };
-        let (lda, ldb, ldc) = (ac + 3, n + 5, n + 2);
+        let (br, bc) = if op_b == Op::N { (k, n) } else { (n, k) };
+        let (lda, ldb, ldc) = (ac + 3, bc + 5, n + 2);
         let a = values(rng, ar * lda);
-        let b = values(rng, k * ldb);
+        let b = values(rng, br * ldb);
         let c0 = values(rng, m * ldc);
         let mut want = c0.clone();
         let shape = [m, k, n];
+        let par = Parallelism::None;
         call_gemm(
-            &mut want,
-            ldc,
-            &a,
-            lda,
-            op_a,
-            &b,
-            ldb,
-            Op::N,
-            shape,
-            acc,
-            Parallelism::None,
+            &mut want, ldc, &a, lda, op_a, &b, ldb, op_b, shape, acc, par,
         );
         let mut got = c0;
         assert!(product(
-            &mut got,
-            ldc,
-            &a,
-            lda,
-            op_a,
-            &b,
-            ldb,
-            Op::N,
-            shape,
-            acc
+            &mut got, ldc, &a, lda, op_a, &b, ldb, op_b, shape, acc
         ));
         for (idx, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(
                 g.to_bits(),
                 w.to_bits(),
-                "{op_a:?} {shape:?} accumulate {acc}: c[{}, {}] is {g}, gemm {w}",
+                "{op_a:?}{op_b:?} {shape:?} accumulate {acc}: c[{}, {}] is {g}, gemm {w}",
                 idx / ldc,
                 idx % ldc
             );
@@ -280,11 +367,13 @@ mod tests {
         }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         // Row counts that leave every remainder from 0 to 7 under the 8-row
-        // tiles, column counts around the 16- and 32-lane blocks, depths from the smallest taken to gemm's block, and the
-        // shapes attention uses (d_head 32, blocks of 64 queries, topic's 19 × 100).
+        // tiles, column counts around the 16- and 32-lane blocks, depths from the
+        // smallest taken to gemm's block, and the shapes attention uses (d_head
+        // 32, blocks of 64 queries, topic's 19 × 100).
         for &(m, k, n) in &[
             (19, 100, 120),
             (120, 19, 100),
+            (64, 32, 128),
             (64, 128, 32),
             (128, 64, 32),
             (2, 3, 129),
@@ -302,24 +391,61 @@ mod tests {
             (11, 8, 32),
             (12, 64, 24),
         ] {
-            for op_a in [Op::N, Op::T] {
+            for ops in [
+                (Op::N, Op::N),
+                (Op::T, Op::N),
+                (Op::N, Op::T),
+                (Op::T, Op::T),
+            ] {
                 for acc in [false, true] {
-                    same_bits(&mut rng, op_a, [m, k, n], acc);
+                    if takes(ops.1, m, k, n) {
+                        same_bits(&mut rng, ops, [m, k, n], acc);
+                    }
                 }
             }
         }
     }
 
     #[test]
+    fn transposes_every_block_and_edge() {
+        if simd::level() != Level::Avx512 {
+            return;
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+        for (rows, cols) in [(1, 1), (16, 16), (5, 40), (17, 3), (33, 47), (40, 16)] {
+            let ld = cols + 2;
+            let x = values(&mut rng, rows * ld);
+            let mut out = vec![f32::NAN; rows * cols + 1];
+            // SAFETY: AVX-512 is here; x holds rows·ld, out rows·cols entries.
+            unsafe { avx512::transpose(out.as_mut_ptr(), x.as_ptr(), ld, rows, cols) };
+            for j in 0..rows {
+                for q in 0..cols {
+                    assert_eq!(
+                        out[q * rows + j].to_bits(),
+                        x[j * ld + q].to_bits(),
+                        "{rows}×{cols} [{j}, {q}]"
+                    );
+                }
+            }
+            assert!(
+                out[rows * cols].is_nan(),
+                "{rows}×{cols}: wrote past the end"
+            );
+        }
+    }
+
+    #[test]
     fn declines_what_gemm_sums_in_another_order() {
         // vector-vector (k ≤ 2), matrix-vector (a single row or column), tiny
-        // outputs (m·n ≤ 256), depths past one gemm block, `b` transposed
+        // outputs (m·n ≤ 256), depths past one gemm block, a transposed `b` past
+        // the copy's bound, work past the bound
         assert!(!takes(Op::N, 64, 2, 64));
         assert!(!takes(Op::N, 1, 64, 512));
         assert!(!takes(Op::N, 512, 64, 1));
         assert!(!takes(Op::N, 16, 64, 16));
         assert!(!takes(Op::N, 64, 513, 64));
-        assert!(!takes(Op::T, 64, 64, 64));
+        assert!(!takes(Op::T, 64, 128, 256));
+        assert!(takes(Op::T, 64, 128, 128));
         assert!(!takes(Op::N, 1024, 1024, 1024));
         let mut c = vec![0.0f32; 4];
         assert!(!product(

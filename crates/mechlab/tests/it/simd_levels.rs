@@ -65,8 +65,9 @@ fn induction_tables_compute_the_baseline_bits() {
 
 #[test]
 fn direct_products_compute_the_gemm_bits() {
-    // topic-attention's head products (`P·v`, `Pᵀ·dz`, `dP·k`, `dPᵀ·q`) take the
-    // direct kernel on AVX-512; under `MECHLAB_SIMD=avx2` every product is gemm's
+    // topic-attention's six head products (`q·kᵀ`, `P·v` and the backward's four)
+    // take the direct kernel on AVX-512; under `MECHLAB_SIMD=avx2` every product
+    // is gemm's
     let tmp = tempfile::tempdir().unwrap();
     let (wide, gemm) = (tmp.path().join("wide"), tmp.path().join("gemm"));
     let sets = [
