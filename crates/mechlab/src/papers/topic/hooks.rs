@@ -115,18 +115,67 @@ fn layer_norm(row: &mut [f64], g: &[f64], b: &[f64]) {
 fn linear(x: &[f64], w: &[f64], b: Option<&[f64]>, d_in: usize, d_out: usize) -> Vec<f64> {
     let n = x.len() / d_in;
     let mut out = vec![0.0; n * d_out];
-    for r in 0..n {
-        let o = &mut out[r * d_out..(r + 1) * d_out];
-        for (k, &xk) in x[r * d_in..(r + 1) * d_in].iter().enumerate() {
-            for (oj, wj) in o.iter_mut().zip(&w[k * d_out..(k + 1) * d_out]) {
-                *oj += xk * wj;
-            }
-        }
-        if let Some(b) = b {
+    rows_times(&mut out, x, w, d_in, d_out);
+    if let Some(b) = b {
+        for o in out.chunks_mut(d_out) {
             o.iter_mut().zip(b).for_each(|(a, c)| *a += c);
         }
     }
     out
+}
+
+/// Output columns per block of [`rows_times`]: 16 `f64` accumulators, which stay
+/// in registers at every SIMD level.
+const COLS: usize = 16;
+
+/// `out[r, j] = Σ_k x[r, k] · w[k, j]` for `x: [n, d_in]`, `w: [d_in, d_out]`,
+/// each entry summed from `0.0` with `k` in order, a product rounded before its
+/// add. Those are the operations of the plain sweep (`out[r, :] += x[r, k] ·
+/// w[k, :]` for each `k`), so the bits are its bits; here a block of outputs stays
+/// in registers over the whole sum instead of going through memory at every `k`.
+fn rows_times(out: &mut [f64], x: &[f64], w: &[f64], d_in: usize, d_out: usize) {
+    mechlab_engine::simd::widest(
+        #[inline(always)]
+        || {
+            for (o, xr) in out.chunks_mut(d_out).zip(x.chunks(d_in)) {
+                for j0 in (0..d_out).step_by(COLS) {
+                    let cols = COLS.min(d_out - j0);
+                    let mut acc = [0.0f64; COLS];
+                    for (k, &xk) in xr.iter().enumerate() {
+                        let wk = &w[k * d_out + j0..][..cols];
+                        for (a, &wkj) in acc.iter_mut().zip(wk) {
+                            *a += xk * wkj;
+                        }
+                    }
+                    o[j0..j0 + cols].copy_from_slice(&acc[..cols]);
+                }
+            }
+        },
+    )
+}
+
+/// Keys per block of [`dots`]: independent sums side by side.
+const KEYS: usize = 8;
+
+/// `out[j] = Σ_e q[e] · keys[j, e]` (`keys: [out.len(), d]`), each exactly as
+/// `Iterator::sum` adds the products (from its own starting value, `e` in order),
+/// eight keys at a time so that no sum waits on the one before it.
+fn dots(out: &mut [f64], q: &[f64], keys: &[f64], d: usize) {
+    let start: f64 = std::iter::empty::<f64>().sum();
+    mechlab_engine::simd::widest(
+        #[inline(always)]
+        || {
+            for (j0, o) in (0..out.len()).step_by(KEYS).zip(out.chunks_mut(KEYS)) {
+                let mut acc = [start; KEYS];
+                for (e, &qe) in q[..d].iter().enumerate() {
+                    for (t, a) in acc[..o.len()].iter_mut().enumerate() {
+                        *a += qe * keys[(j0 + t) * d + e];
+                    }
+                }
+                o.copy_from_slice(&acc[..o.len()]);
+            }
+        },
+    )
 }
 
 /// Which keys are hidden, from the targets.
@@ -223,10 +272,8 @@ fn forward<T: Float>(
             for i in 0..l {
                 let qi = &q.data[(b * l + i) * d..][..d];
                 let row = &mut pat.data[(b * l + i) * l..][..l];
-                for (j, x) in row.iter_mut().enumerate() {
-                    let kj = &k.data[(b * l + j) * d..][..d];
-                    *x = qi.iter().zip(kj).map(|(a, c)| a * c).sum::<f64>() * c;
-                }
+                dots(row, qi, &k.data[b * l * d..][..l * d], d);
+                row.iter_mut().for_each(|x| *x *= c);
                 let mx = (0..l)
                     .filter(|&j| !hid[j])
                     .map(|j| row[j])
@@ -262,15 +309,12 @@ fn forward<T: Float>(
     )?;
     let mut z = Tensor::zeros(shape);
     for b in 0..nb {
-        for i in 0..l {
-            let out = &mut z.data[(b * l + i) * d..][..d];
-            for j in 0..l {
-                let a = pat.data[(b * l + i) * l + j];
-                for (o, vj) in out.iter_mut().zip(&val.data[(b * l + j) * d..][..d]) {
-                    *o += a * vj;
-                }
-            }
-        }
+        // z[b] = pattern[b] · v[b]: [l, l] · [l, d]
+        let (zb, pb) = (
+            &mut z.data[b * l * d..][..l * d],
+            &pat.data[b * l * l..][..l * l],
+        );
+        rows_times(zb, pb, &val.data[b * l * d..][..l * d], l, d);
     }
     site.visit("blocks.0.attn.hook_z", &mut z, per_head)?;
     // --- residual, final norm, decoder ---
@@ -292,13 +336,7 @@ fn forward<T: Float>(
             // y · W_Eᵀ: W_E is [V, d]
             let mut out = vec![0.0; nb * l * v];
             for (o, yr) in out.chunks_mut(v).zip(y.data.chunks(d)) {
-                for (t, ot) in o.iter_mut().enumerate() {
-                    *ot = yr
-                        .iter()
-                        .zip(&e[t * d..(t + 1) * d])
-                        .map(|(a, c)| a * c)
-                        .sum();
-                }
+                dots(o, yr, &e, d);
             }
             out
         }
@@ -316,5 +354,68 @@ impl<T: Float> HookedModel for TopicMlm<T> {
     }
     fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
         forward(self, batch, site)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// Entries over several binades, some exactly zero (signed), so that another
+    /// order, a fused multiply-add or another starting zero would show.
+    fn values(rng: &mut rand_chacha::ChaCha8Rng, len: usize) -> Vec<f64> {
+        (0..len)
+            .map(|_| match rng.random_range(0..10) {
+                0 => 0.0,
+                1 => -0.0,
+                _ => rng.random_range(-1.0..1.0) * 2f64.powi(rng.random_range(-20..20)),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocked_loops_compute_the_plain_loops_bits() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for (n, d_in, d_out) in [(1, 1, 1), (3, 7, 16), (5, 100, 100), (2, 33, 47), (4, 3, 1)] {
+            let (x, w) = (values(&mut rng, n * d_in), values(&mut rng, d_in * d_out));
+            // the sweep `linear` used before
+            let mut want = vec![0.0; n * d_out];
+            for r in 0..n {
+                for k in 0..d_in {
+                    for j in 0..d_out {
+                        want[r * d_out + j] += x[r * d_in + k] * w[k * d_out + j];
+                    }
+                }
+            }
+            let mut got = vec![f64::NAN; n * d_out];
+            rows_times(&mut got, &x, &w, d_in, d_out);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "rows_times {n}×{d_in}×{d_out}");
+            // the per-key sums the scores and the tied decoder used before
+            let q = &x[..d_in];
+            let want: Vec<f64> = (0..d_out)
+                .map(|j| q.iter().enumerate().map(|(e, a)| a * w[j * d_in + e]).sum())
+                .collect();
+            let mut got = vec![f64::NAN; d_out];
+            dots(&mut got, q, &w, d_in);
+            assert_eq!(bits(&got), bits(&want), "dots {d_in}×{d_out}");
+        }
+        // all products zero: the sums' starting value decides the sign
+        let mut got = [f64::NAN; 3];
+        dots(&mut got, &[-0.0, 0.0], &[0.0, 0.0, 0.0, -0.0, -0.0, 0.0], 2);
+        let want: Vec<f64> = (0..3)
+            .map(|j| {
+                [-0.0, 0.0]
+                    .iter()
+                    .zip(&[0.0, 0.0, 0.0, -0.0, -0.0, 0.0][2 * j..])
+                    .map(|(a, b)| a * b)
+                    .sum()
+            })
+            .collect();
+        assert_eq!(
+            got.map(f64::to_bits).to_vec(),
+            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
 }
