@@ -31,25 +31,30 @@ pub(super) fn project<T: Float>(
     let row_of = |r: usize| rows.map_or(r, |q| q[r]);
     let (wv, bv) = (w.value(), b.value());
     if plan.onehot {
+        // the row of W plus the bias, in one pass
         for r in 0..n {
             let id = ids[row_of(r)] as usize;
-            out[r * d..(r + 1) * d].copy_from_slice(&wv[id * d..(id + 1) * d]);
+            out[r * d..(r + 1) * d]
+                .iter_mut()
+                .zip(&wv[id * d..(id + 1) * d])
+                .zip(bv)
+                .for_each(|((o, w), b)| *o = *w + *b);
         }
-    } else {
-        // h0 rows are contiguous when rows is None; callers gather query rows into
-        // `hq` first and pass it with rows = None.
-        matmul(
-            &mut out[..n * d],
-            &h0[..n * d],
-            Op::N,
-            wv,
-            Op::N,
-            n,
-            d,
-            d,
-            false,
-        );
+        return;
     }
+    // h0 rows are contiguous when rows is None; callers gather query rows into
+    // `hq` first and pass it with rows = None.
+    matmul(
+        &mut out[..n * d],
+        &h0[..n * d],
+        Op::N,
+        wv,
+        Op::N,
+        n,
+        d,
+        d,
+        false,
+    );
     for r in 0..n {
         out[r * d..(r + 1) * d]
             .iter_mut()
