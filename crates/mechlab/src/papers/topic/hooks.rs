@@ -112,16 +112,43 @@ fn layer_norm(row: &mut [f64], g: &[f64], b: &[f64]) {
 }
 
 /// `out[r] = x[r] · W + b` for `[n, d_in]` rows, `W: [d_in, d_out]`.
+///
+/// A one-hot row (the `one_hot` embedding's) picks `W`'s row instead of summing:
+/// `Σ_k x_k · W[k, j]` from `0.0` adds signed zeros and one `1 · W[id, j]`, which
+/// gives `W[id, j]` exactly, or `+0.0` where that entry is a zero, as long as no
+/// entry of `W` is infinite or NaN (`0 · ∞` would make the sum NaN).
 fn linear(x: &[f64], w: &[f64], b: Option<&[f64]>, d_in: usize, d_out: usize) -> Vec<f64> {
     let n = x.len() / d_in;
     let mut out = vec![0.0; n * d_out];
-    rows_times(&mut out, x, w, d_in, d_out);
+    let finite = w.iter().all(|v| v.is_finite());
+    for (o, xr) in out.chunks_mut(d_out).zip(x.chunks(d_in)) {
+        match one_hot(xr).filter(|_| finite) {
+            Some(id) => o
+                .iter_mut()
+                .zip(&w[id * d_out..][..d_out])
+                .for_each(|(o, &wj)| *o = if wj == 0.0 { 0.0 } else { wj }),
+            None => rows_times(o, xr, w, d_in, d_out),
+        }
+    }
     if let Some(b) = b {
         for o in out.chunks_mut(d_out) {
             o.iter_mut().zip(b).for_each(|(a, c)| *a += c);
         }
     }
     out
+}
+
+/// The index of the one entry equal to 1 when every other entry is ±0.
+fn one_hot(x: &[f64]) -> Option<usize> {
+    let mut at = None;
+    for (k, &v) in x.iter().enumerate() {
+        if v == 1.0 && at.is_none() {
+            at = Some(k);
+        } else if v != 0.0 {
+            return None;
+        }
+    }
+    at
 }
 
 /// Output columns per block of [`rows_times`]: 16 `f64` accumulators, which stay
@@ -400,6 +427,34 @@ mod tests {
             let mut got = vec![f64::NAN; d_out];
             dots(&mut got, q, &w, d_in);
             assert_eq!(bits(&got), bits(&want), "dots {d_in}×{d_out}");
+        }
+        // one-hot rows take W's row; signed zeros in both and a row of two ones
+        // or of an infinity go through the sums
+        let (d_in, d_out) = (5, 7);
+        let mut w = values(&mut rng, d_in * d_out);
+        w[2 * d_out + 1] = -0.0;
+        w[2 * d_out + 2] = 0.0;
+        let mut x = vec![0.0; 3 * d_in];
+        x[2] = 1.0;
+        x[d_in + 1] = -0.0;
+        x[d_in + 4] = 1.0;
+        x[2 * d_in] = 1.0;
+        x[2 * d_in + 3] = 1.0;
+        for w in [w.clone(), {
+            let mut v = w;
+            v[4 * d_out] = f64::INFINITY;
+            v
+        }] {
+            let mut want = vec![0.0; 3 * d_out];
+            rows_times(&mut want, &x, &w, d_in, d_out);
+            let got = linear(&x, &w, None, d_in, d_out);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "one-hot rows, W finite: {}",
+                w[4 * d_out].is_finite()
+            );
         }
         // all products zero: the sums' starting value decides the sign
         let mut got = [f64::NAN; 3];
