@@ -48,9 +48,9 @@ pub fn matmul<T: Float>(
     accumulate: bool,
 ) {
     let (lda, ldb) = natural_ld(op_a, op_b, m, k, n);
-    let p = Product {
+    gemm_with(
         c,
-        ldc: n,
+        n,
         a,
         lda,
         op_a,
@@ -61,8 +61,8 @@ pub fn matmul<T: Float>(
         k,
         n,
         accumulate,
-    };
-    gemm_with(p, Parallelism::None)
+        Parallelism::None,
+    )
 }
 
 /// [`matmul`] spread over `threads` threads by `gemm` itself.
@@ -85,21 +85,7 @@ pub fn matmul_par<T: Float>(
         Parallelism::None
     };
     let (lda, ldb) = natural_ld(op_a, op_b, m, k, n);
-    let p = Product {
-        c,
-        ldc: n,
-        a,
-        lda,
-        op_a,
-        b,
-        ldb,
-        op_b,
-        m,
-        k,
-        n,
-        accumulate,
-    };
-    gemm_with(p, par)
+    gemm_with(c, n, a, lda, op_a, b, ldb, op_b, m, k, n, accumulate, par)
 }
 
 /// [`matmul`] on sub-matrices with explicit row strides ("leading dimensions").
@@ -134,7 +120,7 @@ pub fn matmul_strided<T: Float>(
     n: usize,
     accumulate: bool,
 ) {
-    let p = Product {
+    gemm_with(
         c,
         ldc,
         a,
@@ -147,8 +133,8 @@ pub fn matmul_strided<T: Float>(
         k,
         n,
         accumulate,
-    };
-    gemm_with(p, Parallelism::None)
+        Parallelism::None,
+    )
 }
 
 /// The SIMD level `gemm` dispatches to on this processor: `"avx512f"` (its `x86-v4`
@@ -195,21 +181,19 @@ fn gemm_supports<T: Float>() -> bool {
 
 /// The product for types `gemm` does not know ([`crate::F64x2`]): each entry an
 /// in-order sum over `k`. It is for precision checks, not speed.
-fn ordered_product<T: Float>(p: Product<'_, T>) {
-    let Product {
-        c,
-        ldc,
-        a,
-        lda,
-        op_a,
-        b,
-        ldb,
-        op_b,
-        m,
-        k,
-        n,
-        accumulate,
-    } = p;
+#[allow(clippy::too_many_arguments)]
+fn ordered_product<T: Float>(
+    c: &mut [T],
+    ldc: usize,
+    a: &[T],
+    lda: usize,
+    op_a: Op,
+    b: &[T],
+    ldb: usize,
+    op_b: Op,
+    [m, k, n]: [usize; 3],
+    accumulate: bool,
+) {
     let at = |i: usize, p: usize| match op_a {
         Op::N => a[i * lda + p],
         Op::T => a[p * lda + i],
@@ -251,67 +235,28 @@ fn span(rows: usize, cols: usize, ld: usize) -> usize {
     }
 }
 
-/// One product, `c[m, n] (+)= op(a)[m, k] · op(b)[k, n]`, every matrix row-major
-/// with its own row stride (see [`matmul_strided`]): what [`gemm_with`] checks and
-/// then hands to one of the three ways of computing it.
-struct Product<'a, T> {
-    c: &'a mut [T],
+#[allow(clippy::too_many_arguments)]
+fn gemm_with<T: Float>(
+    c: &mut [T],
     ldc: usize,
-    a: &'a [T],
+    a: &[T],
     lda: usize,
     op_a: Op,
-    b: &'a [T],
+    b: &[T],
     ldb: usize,
     op_b: Op,
     m: usize,
     k: usize,
     n: usize,
     accumulate: bool,
-}
-
-impl<T: Float> Product<'_, T> {
-    /// The same product on `f32` slices, when `T` is `f32`.
-    fn as_f32(&mut self) -> Option<Product<'_, f32>> {
-        if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f32>() {
-            return None;
-        }
-        // SAFETY: T is f32 (checked just above), so these are the same slices.
-        let (c, a, b) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(self.c.as_mut_ptr() as *mut f32, self.c.len()),
-                std::slice::from_raw_parts(self.a.as_ptr() as *const f32, self.a.len()),
-                std::slice::from_raw_parts(self.b.as_ptr() as *const f32, self.b.len()),
-            )
-        };
-        Some(Product {
-            c,
-            ldc: self.ldc,
-            a,
-            lda: self.lda,
-            op_a: self.op_a,
-            b,
-            ldb: self.ldb,
-            op_b: self.op_b,
-            m: self.m,
-            k: self.k,
-            n: self.n,
-            accumulate: self.accumulate,
-        })
-    }
-}
-
-/// Checks that every index of `p` is inside its slice, then computes it: the
-/// in-order sum for types `gemm` does not know, the direct kernel for the small
-/// f32 products it takes, `gemm` for the rest.
-fn gemm_with<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
-    let (m, k, n) = (p.m, p.k, p.n);
-    let (ldc, lda, ldb) = (p.ldc, p.lda, p.ldb);
+    par: Parallelism,
+) {
     // Stored shapes: a is [m, k] or [k, m], b is [k, n] or [n, k].
-    let (a_rows, a_cols) = match p.op_a {
+    let (a_rows, a_cols) = match op_a {
         Op::N => (m, k),
         Op::T => (k, m),
     };
-    let (b_rows, b_cols) = match p.op_b {
+    let (b_rows, b_cols) = match op_b {
         Op::N => (k, n),
         Op::T => (n, k),
     };
@@ -324,27 +269,27 @@ fn gemm_with<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
         span(b_rows, b_cols, ldb),
     );
     assert!(
-        p.c.len() >= sc,
+        c.len() >= sc,
         "matmul: c has {} < {sc} for {m}x{n}",
-        p.c.len()
+        c.len()
     );
     assert!(
-        p.a.len() >= sa,
+        a.len() >= sa,
         "matmul: a has {} < {sa} for {m}x{k}",
-        p.a.len()
+        a.len()
     );
     assert!(
-        p.b.len() >= sb,
+        b.len() >= sb,
         "matmul: b has {} < {sb} for {k}x{n}",
-        p.b.len()
+        b.len()
     );
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        if !p.accumulate {
+        if !accumulate {
             for i in 0..m {
-                p.c[i * ldc..i * ldc + n]
+                c[i * ldc..i * ldc + n]
                     .iter_mut()
                     .for_each(|x| *x = T::zero());
             }
@@ -352,23 +297,27 @@ fn gemm_with<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
         return;
     }
     if !gemm_supports::<T>() {
-        ordered_product(p);
+        ordered_product(c, ldc, a, lda, op_a, b, ldb, op_b, [m, k, n], accumulate);
         return;
     }
-    if matches!(par, Parallelism::None) {
-        if let Some(p32) = p.as_f32() {
-            if direct::product(p32) {
-                return;
-            }
+    if matches!(par, Parallelism::None)
+        && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+    {
+        // SAFETY: T is f32 (checked just above), so the slices are f32 slices of the
+        // same lengths; `direct::product` gets the bounds the asserts above checked.
+        let (c32, a32, b32) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut f32, c.len()),
+                std::slice::from_raw_parts(a.as_ptr() as *const f32, a.len()),
+                std::slice::from_raw_parts(b.as_ptr() as *const f32, b.len()),
+            )
+        };
+        let shape = [m, k, n];
+        if direct::product(c32, ldc, a32, lda, op_a, b32, ldb, op_b, shape, accumulate) {
+            return;
         }
     }
-    call_gemm(p, par);
-}
-
-/// The product through `gemm` itself, once [`gemm_with`] has checked the bounds
-/// and that `T` is f32 or f64.
-fn call_gemm<T: Float>(p: Product<'_, T>, par: Parallelism) {
-    let Product {
+    call_gemm(
         c,
         ldc,
         a,
@@ -377,11 +326,28 @@ fn call_gemm<T: Float>(p: Product<'_, T>, par: Parallelism) {
         b,
         ldb,
         op_b,
-        m,
-        k,
-        n,
+        [m, k, n],
         accumulate,
-    } = p;
+        par,
+    );
+}
+
+/// The product through `gemm` itself, once [`gemm_with`] has checked the bounds
+/// and that `T` is f32 or f64.
+#[allow(clippy::too_many_arguments)]
+fn call_gemm<T: Float>(
+    c: &mut [T],
+    ldc: usize,
+    a: &[T],
+    lda: usize,
+    op_a: Op,
+    b: &[T],
+    ldb: usize,
+    op_b: Op,
+    [m, k, n]: [usize; 3],
+    accumulate: bool,
+    par: Parallelism,
+) {
     // (column stride, row stride) of each operand as gemm sees it.
     let (a_cs, a_rs) = match op_a {
         Op::N => (1isize, lda as isize),
