@@ -48,9 +48,9 @@ pub fn matmul<T: Float>(
     accumulate: bool,
 ) {
     let (lda, ldb) = natural_ld(op_a, op_b, m, k, n);
-    gemm_with(
+    let p = Product {
         c,
-        n,
+        ldc: n,
         a,
         lda,
         op_a,
@@ -61,8 +61,8 @@ pub fn matmul<T: Float>(
         k,
         n,
         accumulate,
-        Parallelism::None,
-    )
+    };
+    gemm_with(p, Parallelism::None)
 }
 
 /// [`matmul`] spread over `threads` threads by `gemm` itself.
@@ -85,7 +85,21 @@ pub fn matmul_par<T: Float>(
         Parallelism::None
     };
     let (lda, ldb) = natural_ld(op_a, op_b, m, k, n);
-    gemm_with(c, n, a, lda, op_a, b, ldb, op_b, m, k, n, accumulate, par)
+    let p = Product {
+        c,
+        ldc: n,
+        a,
+        lda,
+        op_a,
+        b,
+        ldb,
+        op_b,
+        m,
+        k,
+        n,
+        accumulate,
+    };
+    gemm_with(p, par)
 }
 
 /// [`matmul`] on sub-matrices with explicit row strides ("leading dimensions").
@@ -120,7 +134,7 @@ pub fn matmul_strided<T: Float>(
     n: usize,
     accumulate: bool,
 ) {
-    gemm_with(
+    let p = Product {
         c,
         ldc,
         a,
@@ -133,8 +147,8 @@ pub fn matmul_strided<T: Float>(
         k,
         n,
         accumulate,
-        Parallelism::None,
-    )
+    };
+    gemm_with(p, Parallelism::None)
 }
 
 /// The SIMD level `gemm` dispatches to on this processor: `"avx512f"` (its `x86-v4`
@@ -181,19 +195,21 @@ fn gemm_supports<T: Float>() -> bool {
 
 /// The product for types `gemm` does not know ([`crate::F64x2`]): each entry an
 /// in-order sum over `k`. It is for precision checks, not speed.
-#[allow(clippy::too_many_arguments)]
-fn ordered_product<T: Float>(
-    c: &mut [T],
-    ldc: usize,
-    a: &[T],
-    lda: usize,
-    op_a: Op,
-    b: &[T],
-    ldb: usize,
-    op_b: Op,
-    [m, k, n]: [usize; 3],
-    accumulate: bool,
-) {
+fn ordered_product<T: Float>(p: Product<'_, T>) {
+    let Product {
+        c,
+        ldc,
+        a,
+        lda,
+        op_a,
+        b,
+        ldb,
+        op_b,
+        m,
+        k,
+        n,
+        accumulate,
+    } = p;
     let at = |i: usize, p: usize| match op_a {
         Op::N => a[i * lda + p],
         Op::T => a[p * lda + i],
@@ -235,28 +251,67 @@ fn span(rows: usize, cols: usize, ld: usize) -> usize {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn gemm_with<T: Float>(
-    c: &mut [T],
+/// One product, `c[m, n] (+)= op(a)[m, k] · op(b)[k, n]`, every matrix row-major
+/// with its own row stride (see [`matmul_strided`]): what [`gemm_with`] checks and
+/// then hands to one of the three ways of computing it.
+struct Product<'a, T> {
+    c: &'a mut [T],
     ldc: usize,
-    a: &[T],
+    a: &'a [T],
     lda: usize,
     op_a: Op,
-    b: &[T],
+    b: &'a [T],
     ldb: usize,
     op_b: Op,
     m: usize,
     k: usize,
     n: usize,
     accumulate: bool,
-    par: Parallelism,
-) {
+}
+
+impl<T: Float> Product<'_, T> {
+    /// The same product on `f32` slices, when `T` is `f32`.
+    fn as_f32(&mut self) -> Option<Product<'_, f32>> {
+        if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f32>() {
+            return None;
+        }
+        // SAFETY: T is f32 (checked just above), so these are the same slices.
+        let (c, a, b) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.c.as_mut_ptr() as *mut f32, self.c.len()),
+                std::slice::from_raw_parts(self.a.as_ptr() as *const f32, self.a.len()),
+                std::slice::from_raw_parts(self.b.as_ptr() as *const f32, self.b.len()),
+            )
+        };
+        Some(Product {
+            c,
+            ldc: self.ldc,
+            a,
+            lda: self.lda,
+            op_a: self.op_a,
+            b,
+            ldb: self.ldb,
+            op_b: self.op_b,
+            m: self.m,
+            k: self.k,
+            n: self.n,
+            accumulate: self.accumulate,
+        })
+    }
+}
+
+/// Checks that every index of `p` is inside its slice, then computes it: the
+/// in-order sum for types `gemm` does not know, the direct kernel for the small
+/// f32 products it takes, `gemm` for the rest.
+fn gemm_with<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
+    let (m, k, n) = (p.m, p.k, p.n);
+    let (ldc, lda, ldb) = (p.ldc, p.lda, p.ldb);
     // Stored shapes: a is [m, k] or [k, m], b is [k, n] or [n, k].
-    let (a_rows, a_cols) = match op_a {
+    let (a_rows, a_cols) = match p.op_a {
         Op::N => (m, k),
         Op::T => (k, m),
     };
-    let (b_rows, b_cols) = match op_b {
+    let (b_rows, b_cols) = match p.op_b {
         Op::N => (k, n),
         Op::T => (n, k),
     };
@@ -269,27 +324,27 @@ fn gemm_with<T: Float>(
         span(b_rows, b_cols, ldb),
     );
     assert!(
-        c.len() >= sc,
+        p.c.len() >= sc,
         "matmul: c has {} < {sc} for {m}x{n}",
-        c.len()
+        p.c.len()
     );
     assert!(
-        a.len() >= sa,
+        p.a.len() >= sa,
         "matmul: a has {} < {sa} for {m}x{k}",
-        a.len()
+        p.a.len()
     );
     assert!(
-        b.len() >= sb,
+        p.b.len() >= sb,
         "matmul: b has {} < {sb} for {k}x{n}",
-        b.len()
+        p.b.len()
     );
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        if !accumulate {
+        if !p.accumulate {
             for i in 0..m {
-                c[i * ldc..i * ldc + n]
+                p.c[i * ldc..i * ldc + n]
                     .iter_mut()
                     .for_each(|x| *x = T::zero());
             }
@@ -297,27 +352,23 @@ fn gemm_with<T: Float>(
         return;
     }
     if !gemm_supports::<T>() {
-        ordered_product(c, ldc, a, lda, op_a, b, ldb, op_b, [m, k, n], accumulate);
+        ordered_product(p);
         return;
     }
-    if matches!(par, Parallelism::None)
-        && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-    {
-        // SAFETY: T is f32 (checked just above), so the slices are f32 slices of the
-        // same lengths; `direct::product` gets the bounds the asserts above checked.
-        let (c32, a32, b32) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut f32, c.len()),
-                std::slice::from_raw_parts(a.as_ptr() as *const f32, a.len()),
-                std::slice::from_raw_parts(b.as_ptr() as *const f32, b.len()),
-            )
-        };
-        let shape = [m, k, n];
-        if direct::product(c32, ldc, a32, lda, op_a, b32, ldb, op_b, shape, accumulate) {
-            return;
+    if matches!(par, Parallelism::None) {
+        if let Some(p32) = p.as_f32() {
+            if direct::product(p32) {
+                return;
+            }
         }
     }
-    call_gemm(
+    call_gemm(p, par);
+}
+
+/// The product through `gemm` itself, once [`gemm_with`] has checked the bounds
+/// and that `T` is f32 or f64.
+fn call_gemm<T: Float>(p: Product<'_, T>, par: Parallelism) {
+    let Product {
         c,
         ldc,
         a,
@@ -326,28 +377,11 @@ fn gemm_with<T: Float>(
         b,
         ldb,
         op_b,
-        [m, k, n],
+        m,
+        k,
+        n,
         accumulate,
-        par,
-    );
-}
-
-/// The product through `gemm` itself, once [`gemm_with`] has checked the bounds
-/// and that `T` is f32 or f64.
-#[allow(clippy::too_many_arguments)]
-fn call_gemm<T: Float>(
-    c: &mut [T],
-    ldc: usize,
-    a: &[T],
-    lda: usize,
-    op_a: Op,
-    b: &[T],
-    ldb: usize,
-    op_b: Op,
-    [m, k, n]: [usize; 3],
-    accumulate: bool,
-    par: Parallelism,
-) {
+    } = p;
     // (column stride, row stride) of each operand as gemm sees it.
     let (a_cs, a_rs) = match op_a {
         Op::N => (1isize, lda as isize),

@@ -24,7 +24,7 @@
 //! It runs only at [`Level::Avx512`], where the engine's own level allows it
 //! (`MECHLAB_SIMD=avx2` sends every product to `gemm`, with the same bits).
 
-use super::Op;
+use super::{Op, Product};
 use crate::simd::{self, Level};
 
 /// Past this many multiply-adds the products stay with `gemm`: its cache blocking
@@ -58,22 +58,23 @@ thread_local! {
     static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `c[m, n] (+)= op(a)[m, k] · op(b)[k, n]`, row-major with row strides `ldc`,
-/// `lda`, `ldb`, if [`takes`] says so (returns whether it ran). The caller has
+/// Computes `p` if [`takes`] says so (returns whether it ran). The caller has
 /// checked that every index is inside its slice.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn product(
-    c: &mut [f32],
-    ldc: usize,
-    a: &[f32],
-    lda: usize,
-    op_a: Op,
-    b: &[f32],
-    ldb: usize,
-    op_b: Op,
-    [m, k, n]: [usize; 3],
-    accumulate: bool,
-) -> bool {
+pub(super) fn product(p: Product<'_, f32>) -> bool {
+    let Product {
+        c,
+        ldc,
+        a,
+        lda,
+        op_a,
+        b,
+        ldb,
+        op_b,
+        m,
+        k,
+        n,
+        accumulate,
+    } = p;
     if !takes(op_b, m, k, n) {
         return false;
     }
@@ -339,16 +340,24 @@ mod tests {
         let a = values(rng, ar * lda);
         let b = values(rng, br * ldb);
         let c0 = values(rng, m * ldc);
-        let mut want = c0.clone();
+        let (mut want, mut got) = (c0.clone(), c0);
         let shape = [m, k, n];
-        let par = Parallelism::None;
-        call_gemm(
-            &mut want, ldc, &a, lda, op_a, &b, ldb, op_b, shape, acc, par,
-        );
-        let mut got = c0;
-        assert!(product(
-            &mut got, ldc, &a, lda, op_a, &b, ldb, op_b, shape, acc
-        ));
+        let product_into = |c| Product {
+            c,
+            ldc,
+            a: &a,
+            lda,
+            op_a,
+            b: &b,
+            ldb,
+            op_b,
+            m,
+            k,
+            n,
+            accumulate: acc,
+        };
+        call_gemm(product_into(&mut want), Parallelism::None);
+        assert!(product(product_into(&mut got)));
         for (idx, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(
                 g.to_bits(),
@@ -448,17 +457,20 @@ mod tests {
         assert!(takes(Op::T, 64, 128, 128));
         assert!(!takes(Op::N, 1024, 1024, 1024));
         let mut c = vec![0.0f32; 4];
-        assert!(!product(
-            &mut c,
-            2,
-            &[1.0; 4],
-            2,
-            Op::N,
-            &[1.0; 4],
-            2,
-            Op::N,
-            [2, 2, 2],
-            false
-        ));
+        let p = Product {
+            c: &mut c,
+            ldc: 2,
+            a: &[1.0; 4],
+            lda: 2,
+            op_a: Op::N,
+            b: &[1.0; 4],
+            ldb: 2,
+            op_b: Op::N,
+            m: 2,
+            k: 2,
+            n: 2,
+            accumulate: false,
+        };
+        assert!(!product(p));
     }
 }
