@@ -91,9 +91,19 @@ fn write_bin(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the trained head's backward computes `dv = Pᵀ dz`: only W_V's
+/// gradient and `dh0` read it, so with W_V frozen and one-hot inputs it is skipped.
+fn dv_needed(cfg: &TopicConfig) -> bool {
+    use mechlab::papers::topic::model::{EmbedKind, ValueKind};
+    cfg.model.value == ValueKind::Trained
+        || cfg.model.embedding != EmbedKind::OneHot
+        || cfg.model.bert_embedding_ln
+}
+
 /// FLOPs mechlab executes in one epoch (its skipped work not counted).
 fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
     let trained_attn = cfg.model.attention == mechlab::papers::topic::model::AttnKind::Trained;
+    let head_products = if dv_needed(cfg) { 12.0 } else { 10.0 };
     let mut f = 0.0;
     for i in 0..set.len() {
         let r = set.range(i);
@@ -101,7 +111,7 @@ fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
         let s = set.label[r].iter().filter(|&&x| x != u32::MAX).count() as f64;
         let d = d as f64;
         f += if trained_attn {
-            12.0 * s * l * d
+            head_products * s * l * d
         } else {
             4.0 * d * d
         };
@@ -112,11 +122,11 @@ fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
     f
 }
 
-/// Seconds for the trained head's six matrix products alone, over every document of
+/// Seconds for the trained head's six matrix products (five without `Pᵀ dz` when `!dv`) alone, over every document of
 /// `set` at its shapes (S labelled rows, L tokens, d), documents spread over the
 /// threads with nothing else between them (best of 3): how fast an epoch could be
 /// if everything but the products cost nothing, the ceiling of its share of peak.
-fn products_alone(set: &MlmSet, d: usize) -> f64 {
+fn products_alone(set: &MlmSet, d: usize, dv: bool) -> f64 {
     let shapes: Vec<(usize, usize)> = (0..set.len())
         .map(|i| {
             let r = set.range(i);
@@ -180,17 +190,19 @@ fn products_alone(set: &MlmSet, d: usize) -> f64 {
                     l,
                     false,
                 );
-                matmul(
-                    &mut out[..l * d],
-                    &pat[..s * l],
-                    Op::T,
-                    &dz[..s * d],
-                    Op::N,
-                    l,
-                    s,
-                    d,
-                    false,
-                );
+                if dv {
+                    matmul(
+                        &mut out[..l * d],
+                        &pat[..s * l],
+                        Op::T,
+                        &dz[..s * d],
+                        Op::N,
+                        l,
+                        s,
+                        d,
+                        false,
+                    );
+                }
                 matmul(
                     &mut dz[..s * d],
                     &pat[..s * l],
@@ -295,10 +307,12 @@ fn main() -> anyhow::Result<()> {
             .visit(&mut |p| trained.push(p.name().to_string()));
         let flops = our_flops(&cfg, &set, init.model.d_model());
         let trained_attn = cfg.model.attention == mechlab::papers::topic::model::AttnKind::Trained;
-        let alone = trained_attn.then(|| products_alone(&set, init.model.d_model()));
+        let dv = dv_needed(&cfg);
+        let alone = trained_attn.then(|| products_alone(&set, init.model.d_model(), dv));
         if let Some(a) = alone {
             println!(
-                "{preset}: the head's six products alone, every document at its shapes: {a:.3} s = {:.1}% of peak (the ceiling of the epoch's share)",
+                "{preset}: the head's {} products alone, every document at its shapes: {a:.3} s = {:.1}% of peak (the ceiling of the epoch's share)",
+                if dv { "six" } else { "five" },
                 100.0 * flops / a / 1e9 / peak
             );
         }

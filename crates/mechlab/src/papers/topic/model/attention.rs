@@ -302,17 +302,21 @@ pub(super) fn attend_back<T: Float>(
             l,
             false,
         );
-        matmul(
-            &mut w.d_v[..l * d],
-            &w.hook_pattern[..s * l],
-            Op::T,
-            &w.d_resid[..s * d],
-            Op::N,
-            l,
-            s,
-            d,
-            false,
-        );
+        // dv feeds only W_V's gradient and dh0: with W_V frozen and one-hot
+        // inputs (topic-attention) nothing reads it, so it is not computed.
+        if plan.train[W_V] || plan.need_dh0 {
+            matmul(
+                &mut w.d_v[..l * d],
+                &w.hook_pattern[..s * l],
+                Op::T,
+                &w.d_resid[..s * d],
+                Op::N,
+                l,
+                s,
+                d,
+                false,
+            );
+        }
         softmax::backward_rows_in_place(&mut w.d_pattern, &w.hook_pattern, s, l, l);
         w.d_pattern[..s * l].iter_mut().for_each(|x| *x *= c);
         matmul(
