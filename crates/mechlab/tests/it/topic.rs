@@ -140,6 +140,24 @@ fn gradients_of_every_preset_configuration() {
     }
 }
 
+/// A trained head with `W_V` frozen: `dv = Pᵀ dz` feeds only the embedding's
+/// gradient (`dh0`) here, the one case where the backward must compute it for
+/// `dh0` alone (topic-attention, with one-hot inputs, skips it).
+#[test]
+fn gradients_when_only_the_embedding_reads_dv() {
+    for value in [ValueKind::Identity, ValueKind::Blocks] {
+        gradcheck(
+            &format!("trained embedding and attention, value {value:?}"),
+            TopicMlmConfig {
+                embedding: EmbedKind::Trained,
+                attention: AttnKind::Trained,
+                value,
+                ..base()
+            },
+        );
+    }
+}
+
 /// Uniform attention's shortcut (one averaged row per document) equals trained
 /// attention with zero queries and keys.
 #[test]
