@@ -91,19 +91,11 @@ fn write_bin(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether the trained head's backward computes `dv = Pᵀ dz`: only W_V's
-/// gradient and `dh0` read it, so with W_V frozen and one-hot inputs it is skipped.
-fn dv_needed(cfg: &TopicConfig) -> bool {
-    use mechlab::papers::topic::model::{EmbedKind, ValueKind};
-    cfg.model.value == ValueKind::Trained
-        || cfg.model.embedding != EmbedKind::OneHot
-        || cfg.model.bert_embedding_ln
-}
-
-/// FLOPs mechlab executes in one epoch (its skipped work not counted).
-fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
+/// FLOPs mechlab executes in one epoch (its skipped work not counted; `dv`:
+/// whether the head's backward computes `Pᵀ dz`).
+fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize, dv: bool) -> f64 {
     let trained_attn = cfg.model.attention == mechlab::papers::topic::model::AttnKind::Trained;
-    let head_products = if dv_needed(cfg) { 12.0 } else { 10.0 };
+    let head_products = if dv { 12.0 } else { 10.0 };
     let mut f = 0.0;
     for i in 0..set.len() {
         let r = set.range(i);
@@ -122,10 +114,11 @@ fn our_flops(cfg: &TopicConfig, set: &MlmSet, d: usize) -> f64 {
     f
 }
 
-/// Seconds for the trained head's six matrix products (five without `Pᵀ dz` when `!dv`) alone, over every document of
-/// `set` at its shapes (S labelled rows, L tokens, d), documents spread over the
-/// threads with nothing else between them (best of 3): how fast an epoch could be
-/// if everything but the products cost nothing, the ceiling of its share of peak.
+/// Seconds for the trained head's matrix products alone (six, or five without
+/// `Pᵀ dz` when `!dv`), over every document of `set` at its shapes (S labelled
+/// rows, L tokens, d), documents spread over the threads with nothing else
+/// between them (best of 3): how fast an epoch could be if everything but the
+/// products cost nothing, the ceiling of its share of peak.
 fn products_alone(set: &MlmSet, d: usize, dv: bool) -> f64 {
     let shapes: Vec<(usize, usize)> = (0..set.len())
         .map(|i| {
@@ -305,9 +298,9 @@ fn main() -> anyhow::Result<()> {
         let mut trained = Vec::new();
         init.model
             .visit(&mut |p| trained.push(p.name().to_string()));
-        let flops = our_flops(&cfg, &set, init.model.d_model());
+        let dv = init.model.head_computes_dv();
+        let flops = our_flops(&cfg, &set, init.model.d_model(), dv);
         let trained_attn = cfg.model.attention == mechlab::papers::topic::model::AttnKind::Trained;
-        let dv = dv_needed(&cfg);
         let alone = trained_attn.then(|| products_alone(&set, init.model.d_model(), dv));
         if let Some(a) = alone {
             println!(

@@ -302,9 +302,7 @@ pub(super) fn attend_back<T: Float>(
             l,
             false,
         );
-        // dv feeds only W_V's gradient and dh0: with W_V frozen and one-hot
-        // inputs (topic-attention) nothing reads it, so it is not computed.
-        if plan.train[W_V] || plan.need_dh0 {
+        if plan.reads_dv() {
             matmul(
                 &mut w.d_v[..l * d],
                 &w.hook_pattern[..s * l],

@@ -157,6 +157,13 @@ impl Plan {
             train,
         }
     }
+
+    /// Whether a trained head's backward forms `dv = Pᵀ dz`: only `W_V`'s
+    /// gradient and `dh0` read it (topic-attention, `W_V` frozen with one-hot
+    /// inputs, has neither).
+    pub(super) fn reads_dv(&self) -> bool {
+        self.train[W_V] || self.need_dh0
+    }
 }
 
 impl<T: Float> Work<T> {

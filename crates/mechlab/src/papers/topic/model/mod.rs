@@ -291,6 +291,11 @@ impl<T: Float> TopicMlm<T> {
     pub fn trains(&self, s: usize) -> bool {
         self.plan.train[s]
     }
+    /// Whether a trained head's backward computes `dv = Pᵀ dz` (six products a
+    /// document) or skips it because nothing reads it (five).
+    pub fn head_computes_dv(&self) -> bool {
+        self.plan.reads_dv()
+    }
 
     /// Forward and backward over documents `docs` of `set`: accumulates the
     /// gradients of the mean loss over all labelled positions and returns that loss.
