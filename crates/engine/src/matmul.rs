@@ -196,36 +196,15 @@ fn gemm_supports<T: Float>() -> bool {
 /// The product for types `gemm` does not know ([`crate::F64x2`]): each entry an
 /// in-order sum over `k`. It is for precision checks, not speed.
 fn ordered_product<T: Float>(p: Product<'_, T>) {
-    let Product {
-        c,
-        ldc,
-        a,
-        lda,
-        op_a,
-        b,
-        ldb,
-        op_b,
-        m,
-        k,
-        n,
-        accumulate,
-    } = p;
-    let at = |i: usize, p: usize| match op_a {
-        Op::N => a[i * lda + p],
-        Op::T => a[p * lda + i],
-    };
-    let bt = |p: usize, j: usize| match op_b {
-        Op::N => b[p * ldb + j],
-        Op::T => b[j * ldb + p],
-    };
-    for i in 0..m {
-        for j in 0..n {
+    let ((a_row, a_depth), (b_depth, b_col)) = (p.a_steps(), p.b_steps());
+    for i in 0..p.m {
+        for j in 0..p.n {
             let mut s = T::zero();
-            for p in 0..k {
-                s += at(i, p) * bt(p, j);
+            for q in 0..p.k {
+                s += p.a[i * a_row + q * a_depth] * p.b[q * b_depth + j * b_col];
             }
-            let o = &mut c[i * ldc + j];
-            *o = if accumulate { *o + s } else { s };
+            let o = &mut p.c[i * p.ldc + j];
+            *o = if p.accumulate { *o + s } else { s };
         }
     }
 }
@@ -270,6 +249,20 @@ struct Product<'a, T> {
 }
 
 impl<T: Float> Product<'_, T> {
+    /// Where `op(a)(i, q)` is stored: `a[i·row + q·depth]`, as `(row, depth)`.
+    fn a_steps(&self) -> (usize, usize) {
+        match self.op_a {
+            Op::N => (self.lda, 1),
+            Op::T => (1, self.lda),
+        }
+    }
+    /// Where `op(b)(q, j)` is stored: `b[q·depth + j·col]`, as `(depth, col)`.
+    fn b_steps(&self) -> (usize, usize) {
+        match self.op_b {
+            Op::N => (self.ldb, 1),
+            Op::T => (1, self.ldb),
+        }
+    }
     /// The same product on `f32` slices, when `T` is `f32`.
     fn as_f32(&mut self) -> Option<Product<'_, f32>> {
         if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f32>() {
@@ -368,29 +361,10 @@ fn gemm_with<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
 /// The product through `gemm` itself, once [`gemm_with`] has checked the bounds
 /// and that `T` is f32 or f64.
 fn call_gemm<T: Float>(p: Product<'_, T>, par: Parallelism) {
-    let Product {
-        c,
-        ldc,
-        a,
-        lda,
-        op_a,
-        b,
-        ldb,
-        op_b,
-        m,
-        k,
-        n,
-        accumulate,
-    } = p;
-    // (column stride, row stride) of each operand as gemm sees it.
-    let (a_cs, a_rs) = match op_a {
-        Op::N => (1isize, lda as isize),
-        Op::T => (lda as isize, 1isize),
-    };
-    let (b_cs, b_rs) = match op_b {
-        Op::N => (1isize, ldb as isize),
-        Op::T => (ldb as isize, 1isize),
-    };
+    // (row stride, column stride) of each operand as gemm sees it.
+    let ((a_rs, a_cs), (b_rs, b_cs)) = (p.a_steps(), p.b_steps());
+    let (a_rs, a_cs, b_rs, b_cs) = (a_rs as isize, a_cs as isize, b_rs as isize, b_cs as isize);
+    let (m, k, n, accumulate) = (p.m, p.k, p.n, p.accumulate);
     // gemm's kernels prefer a column-major destination: ours is row-major, so
     // (unless it is a single column) compute the transpose, cᵀ = op(b)ᵀ · op(a)ᵀ,
     // by swapping the operands and each one's strides. The `gemm` facade crate
@@ -398,8 +372,8 @@ fn call_gemm<T: Float>(p: Product<'_, T>, par: Parallelism) {
     // because the facade also builds the complex-number kernels, which nothing
     // here uses (about 30 s of CPU in every clean build).
     // Each operand as (pointer, column stride, row stride).
-    let (lhs, rhs) = ((a.as_ptr(), a_cs, a_rs), (b.as_ptr(), b_cs, b_rs));
-    let (dst_cs, dst_rs) = (1isize, ldc as isize);
+    let (lhs, rhs) = ((p.a.as_ptr(), a_cs, a_rs), (p.b.as_ptr(), b_cs, b_rs));
+    let (dst_cs, dst_rs) = (1isize, p.ldc as isize);
     let transpose = dst_cs.abs() < dst_rs.abs();
     let (m, n, (dst_cs, dst_rs)) = if transpose {
         (n, m, (dst_rs, dst_cs))
@@ -411,7 +385,7 @@ fn call_gemm<T: Float>(p: Product<'_, T>, par: Parallelism) {
     } else {
         (lhs, rhs)
     };
-    let dst = c.as_mut_ptr();
+    let dst = p.c.as_mut_ptr();
     // SAFETY: `gemm_with`'s asserts guarantee every index gemm touches is in bounds for the
     // given strides; c does not alias a or b (they are distinct borrows). Every
     // stride is positive. The casts only rename T: `gemm_with` checked that T is

@@ -61,44 +61,29 @@ thread_local! {
 /// Computes `p` if [`takes`] says so (returns whether it ran). The caller has
 /// checked that every index is inside its slice.
 pub(super) fn product(p: Product<'_, f32>) -> bool {
-    let Product {
-        c,
-        ldc,
-        a,
-        lda,
-        op_a,
-        b,
-        ldb,
-        op_b,
-        m,
-        k,
-        n,
-        accumulate,
-    } = p;
-    if !takes(op_b, m, k, n) {
+    let (m, k, n, ldb) = (p.m, p.k, p.n, p.ldb);
+    if !takes(p.op_b, m, k, n) {
         return false;
     }
-    // a(i, p) sits at a[i·row + p·depth]
-    let (row, depth) = match op_a {
-        Op::N => (lda, 1),
-        Op::T => (1, lda),
-    };
+    // a(i, q) sits at a[i·row + q·depth]
+    let (row, depth) = p.a_steps();
     #[cfg(target_arch = "x86_64")]
     {
         let shape = Shape {
-            ldc,
+            ldc: p.ldc,
             row,
             depth,
             ldb,
             k,
-            accumulate,
+            accumulate: p.accumulate,
         };
         // SAFETY (both calls): `takes` checked AVX-512 (with every feature the
         // engine's wide level requires); the caller checked that c[(m−1)·ldc + n − 1],
         // a(m−1, k−1) and op(b)(k−1, n−1) are in their slices, which bounds every
         // address a tile or the copy reads or writes (masked lanes touch no
         // memory), and the copy fills `k·n` entries of a buffer at least that long.
-        if op_b == Op::N {
+        let (c, a, b) = (p.c, p.a, p.b);
+        if p.op_b == Op::N {
             unsafe { avx512::run(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, n, shape) };
         } else {
             PACKED.with(|cell| {
@@ -117,7 +102,7 @@ pub(super) fn product(p: Product<'_, f32>) -> bool {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (c, ldc, a, row, depth, b, ldb, accumulate);
+        let _ = (p, row, depth, ldb);
         false
     }
 }
