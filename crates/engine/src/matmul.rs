@@ -47,25 +47,11 @@ pub fn matmul<T: Float>(
     n: usize,
     accumulate: bool,
 ) {
-    let (lda, ldb) = natural_ld(op_a, op_b, m, k, n);
-    let p = Product {
-        c,
-        ldc: n,
-        a,
-        lda,
-        op_a,
-        b,
-        ldb,
-        op_b,
-        m,
-        k,
-        n,
-        accumulate,
-    };
-    gemm_with(p, Parallelism::None)
+    matmul_par(c, a, op_a, b, op_b, m, k, n, accumulate, 1)
 }
 
-/// [`matmul`] spread over `threads` threads by `gemm` itself.
+/// [`matmul`] spread over `threads` threads by `gemm` itself (one thread:
+/// [`matmul`], which may take the direct small-product kernel).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_par<T: Float>(
     c: &mut [T],
