@@ -13,6 +13,17 @@ pub enum Normalization {
     None,
 }
 
+/// The MLP's activation (TransformerLens `act_fn`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActFn {
+    /// GPT-2's tanh-approximated GELU ([`crate::layers::gelu`]; TransformerLens `"gelu_new"`).
+    #[default]
+    GeluNew,
+    /// `max(x, 0)` ([`crate::layers::relu`]).
+    Relu,
+}
+
 /// How the model knows positions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -36,6 +47,9 @@ pub struct GptConfig {
     pub d_mlp: usize,
     /// Blocks without MLPs (then `d_mlp` is ignored and must be 0).
     pub attn_only: bool,
+    /// The MLP's activation.
+    #[serde(default)]
+    pub act_fn: ActFn,
     /// Longest context.
     pub n_ctx: usize,
     pub d_vocab: usize,
@@ -56,6 +70,7 @@ impl Default for GptConfig {
             d_head: 32,
             d_mlp: 0,
             attn_only: true,
+            act_fn: ActFn::GeluNew,
             n_ctx: 256,
             d_vocab: 256,
             normalization: Normalization::LN,

@@ -85,7 +85,7 @@ impl<T: Float> Gpt<T> {
                     Kind::Mlp,
                     "W_in · LN2(resid_mid) + b_in",
                 ));
-                v.push((format!("{b}.mlp.hook_post"), Kind::Mlp, "gelu(pre)"));
+                v.push((format!("{b}.mlp.hook_post"), Kind::Mlp, "act_fn(pre)"));
                 v.push((
                     format!("{b}.hook_mlp_out"),
                     Kind::Resid,

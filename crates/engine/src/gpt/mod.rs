@@ -8,7 +8,7 @@
 //! q, k, v   = LN1(resid_pre) · W_{Q,K,V}ᵀ + b          [T, H, d_head]
 //! pattern   = causal softmax(q·kᵀ/√d_head (+ rpe[h, i−j]))  [H, T, T]
 //! resid_mid = resid_pre + (pattern · v) · W_Oᵀ + b_O
-//! resid_post = resid_mid + W_out · gelu(W_in · LN2(resid_mid) + b_in) + b_out   (no MLP: = resid_mid)
+//! resid_post = resid_mid + W_out · act(W_in · LN2(resid_mid) + b_in) + b_out   (no MLP: = resid_mid)
 //! logits    = LN_final(resid_post of the last layer) · W_Uᵀ + b_U    (tied: W_U = W_E)
 //! ```
 //!
@@ -56,7 +56,7 @@ mod work;
 #[cfg(test)]
 mod tests;
 
-pub use config::{GptConfig, Normalization, PositionalEmbedding};
+pub use config::{ActFn, GptConfig, Normalization, PositionalEmbedding};
 pub use work::{Kind, Work};
 
 use crate::layers::rpe::Rpe;
@@ -297,6 +297,50 @@ impl<T: Float> Gpt<T> {
         let model = &*self;
         for_each_chunk(b, &mut ws.chunks, |_, items, w| {
             w.load(tokens, items.clone(), t + 1, true);
+            if let Some(m) = mask {
+                w.mask_labels(m, items);
+            }
+            w.forward(model, &mut None)
+                .expect("a forward without a visitor cannot fail");
+            w.loss_and_dlogits(scale);
+            w.backward(model);
+        });
+        let chunks = &ws.chunks;
+        for (i, p) in self.params.iter_mut().enumerate() {
+            reduce_ordered(p.grad_mut(), chunks, |w| &w.grads[i]);
+        }
+        chunks.iter().map(|w| w.loss_sum).sum::<f64>() * scale
+    }
+
+    /// [`Gpt::train_step_masked`] with the targets given apart from the inputs
+    /// (`inputs`, `targets`: `[B, T]`; `mask`: `[B, T]` or all): a task whose
+    /// answer is not the next input token, or a control whose targets are
+    /// shuffled, trains through the same forward and backward.
+    pub fn train_step_pairs(
+        &mut self,
+        ws: &mut Workspace<T>,
+        inputs: &[u32],
+        targets: &[u32],
+        mask: Option<&[bool]>,
+    ) -> f64 {
+        let (b, t) = (ws.batch, ws.t);
+        assert_eq!(inputs.len(), b * t, "gpt: inputs are not [B, T]");
+        assert_eq!(targets.len(), b * t, "gpt: targets are not [B, T]");
+        let count = match mask {
+            Some(m) => {
+                assert_eq!(m.len(), b * t, "gpt: mask is not [B, T]");
+                m.iter().filter(|&&x| x).count()
+            }
+            None => b * t,
+        };
+        if count == 0 {
+            return 0.0;
+        }
+        let scale = 1.0 / count as f64;
+        let model = &*self;
+        for_each_chunk(b, &mut ws.chunks, |_, items, w| {
+            w.load_pair(inputs, Some(targets), items.clone());
+            w.zero_grads();
             if let Some(m) = mask {
                 w.mask_labels(m, items);
             }

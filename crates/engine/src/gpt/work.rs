@@ -7,11 +7,12 @@
 //! `[rows, ·]` buffer below is the chunk's sequences one after another, so sequence
 //! `s` is rows `s·T .. (s+1)·T` (TransformerLens's `[batch, pos, ·]` flattened).
 
+use super::ActFn;
 use super::{Gpt, LN_EPS};
 use crate::hooks::HookError;
 use crate::layers::attention::{Attention, AttnExtras};
 use crate::layers::loss::cross_entropy_rows;
-use crate::layers::{embedding, gelu, layernorm, linear};
+use crate::layers::{embedding, gelu, layernorm, linear, relu};
 use crate::matmul::{matmul_strided, Op};
 use crate::Float;
 use std::ops::Range;
@@ -264,8 +265,13 @@ impl<T: Float> Work<T> {
             }
         }
         if train {
-            self.grads.iter_mut().for_each(|g| zero(g));
+            self.zero_grads();
         }
+    }
+
+    /// Zeroes every parameter gradient of the chunk (before a backward).
+    pub(crate) fn zero_grads(&mut self) {
+        self.grads.iter_mut().for_each(|g| zero(g));
     }
 
     /// Drops the labels of the loaded sequences `items` where `mask` (`[B, T]`)
@@ -485,7 +491,10 @@ impl<T: Float> Work<T> {
                     linear::forward(pre, h2, m.value(wi), Some(m.value(bi_)), rows, d, dm);
                     visit(vis, || format!("blocks.{l}.mlp.hook_pre"), Kind::Mlp, pre)?;
                     let post = &mut self.post[l][..rows * dm];
-                    gelu::forward(post, pre);
+                    match c.act_fn {
+                        ActFn::GeluNew => gelu::forward(post, pre),
+                        ActFn::Relu => relu::forward(post, pre),
+                    }
                     visit(vis, || format!("blocks.{l}.mlp.hook_post"), Kind::Mlp, post)?;
                     let mo = &mut self.mlp_out[l][..nd];
                     linear::forward(mo, post, m.value(wo), Some(m.value(bo)), rows, dm, d);
@@ -614,7 +623,11 @@ impl<T: Float> Work<T> {
                     d,
                 );
                 zero(dpre);
-                gelu::backward(dpre, dpost, &self.pre[l][..rows * dm]);
+                let pre = &self.pre[l][..rows * dm];
+                match c.act_fn {
+                    ActFn::GeluNew => gelu::backward(dpre, dpost, pre),
+                    ActFn::Relu => relu::backward(dpre, dpost, pre),
+                }
                 let mid = &self.mid[l][..nd];
                 let h2 = if bi.ln2.is_some() {
                     &self.ln2[l][..nd]

@@ -11,5 +11,6 @@ pub mod layernorm;
 pub mod linear;
 pub mod loss;
 pub mod polykernel;
+pub mod relu;
 pub mod rpe;
 pub mod softmax;
