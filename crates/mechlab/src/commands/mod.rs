@@ -148,8 +148,28 @@ pub fn run_with_progress(
     quiet: bool,
     progress: Option<Arc<Progress>>,
 ) -> Result<Summary, ExperimentError> {
+    run_with_input(reg, resolved, dir, command, quiet, progress, None)
+}
+
+/// Something a caller hands the experiment besides its config
+/// ([`RunCtx::set_input`]: Python's batch generator).
+pub type Input = Option<Box<dyn std::any::Any + Send>>;
+
+/// [`run_with_progress`], handing the experiment `input`.
+pub fn run_with_input(
+    reg: &Registry,
+    resolved: &Resolved,
+    dir: &Path,
+    command: &str,
+    quiet: bool,
+    progress: Option<Arc<Progress>>,
+    input: Input,
+) -> Result<Summary, ExperimentError> {
     let mut ctx = RunCtx::create(dir, resolved.table.clone(), command, quiet)?;
     ctx.progress = progress;
+    if let Some(i) = input {
+        ctx.set_input(i);
+    }
     ctx.set_phase(Phase::Setup);
     tracing::info!(run = %dir.display(), experiment = resolved.experiment.name(), "run started");
     let summary = resolved.prepared.run(&mut ctx)?;
@@ -180,6 +200,17 @@ pub fn resume_with_progress(
     quiet: bool,
     progress: Option<Arc<Progress>>,
 ) -> Result<Summary, ExperimentError> {
+    resume_with_input(reg, dir, quiet, progress, None)
+}
+
+/// [`resume_with_progress`], handing the experiment `input`.
+pub fn resume_with_input(
+    reg: &Registry,
+    dir: &Path,
+    quiet: bool,
+    progress: Option<Arc<Progress>>,
+    input: Input,
+) -> Result<Summary, ExperimentError> {
     // The whole config is parsed and checked before the folder is touched
     // (RunCtx::resume sets corrupt checkpoints aside and cuts the metrics back).
     let cfg_path = dir.join("config.toml");
@@ -202,6 +233,9 @@ pub fn resume_with_progress(
     let prepared = exp.prepare(&table, &file)?;
     let (mut ctx, _) = RunCtx::resume(dir, quiet)?;
     ctx.progress = progress;
+    if let Some(i) = input {
+        ctx.set_input(i);
+    }
     ctx.set_phase(Phase::Setup);
     let name = ctx.experiment().to_string();
     tracing::info!(run = %dir.display(), experiment = %name, "resuming");

@@ -3,7 +3,8 @@
 //!
 //! A paper folder holds `mod.rs` (the experiment: config, run, verdicts), `data.rs`
 //! (its generator or corpus adapter), its model files, and `probes.rs` (the
-//! measurements of its mechanism). [`builtin`] lists them for the registry.
+//! measurements of its mechanism). [`registry`] lists them. `transformer` is
+//! not a paper but the general experiment a researcher's own question starts from.
 
 pub mod attention_svm;
 pub mod birth;
@@ -13,6 +14,7 @@ pub mod markov_icl;
 pub mod selection;
 pub mod topic;
 pub mod topic_bert;
+pub mod transformer;
 
 use crate::experiment::Registry;
 
@@ -28,4 +30,5 @@ pub fn registry() -> Registry {
         .with(&attention_svm::AttentionSvm)
         .with(&lm_induction::LmInduction)
         .with(&birth::Birth)
+        .with(&transformer::Transformer)
 }

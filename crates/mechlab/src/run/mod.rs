@@ -119,6 +119,9 @@ pub struct RunCtx {
     pub progress: Option<Arc<Progress>>,
     /// The terminal's spinner for the phases around training (none when quiet).
     spinner: std::sync::Mutex<Option<indicatif::ProgressBar>>,
+    /// What the caller hands the experiment besides its config (Python's batch
+    /// generator for `transformer`), taken once by the experiment.
+    input: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl RunCtx {
@@ -199,6 +202,7 @@ impl RunCtx {
             stop_at: None,
             progress: None,
             spinner: std::sync::Mutex::new(None),
+            input: None,
         })
     }
 
@@ -224,6 +228,16 @@ impl RunCtx {
         s.set_message(phase.name());
         s.enable_steady_tick(std::time::Duration::from_millis(120));
         *spinner = Some(s);
+    }
+
+    /// Hands the experiment something besides its config (see [`RunCtx::take_input`]).
+    pub fn set_input(&mut self, input: Box<dyn std::any::Any + Send>) {
+        self.input = Some(input);
+    }
+
+    /// What the caller handed over with [`RunCtx::set_input`], once.
+    pub fn take_input(&mut self) -> Option<Box<dyn std::any::Any + Send>> {
+        self.input.take()
     }
 
     pub fn dir(&self) -> &Path {

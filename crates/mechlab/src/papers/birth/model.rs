@@ -17,7 +17,7 @@
 //! the two-layer model trains its last.
 
 use super::config::BirthConfig;
-use mechlab_engine::gpt::{Gpt, GptConfig, Normalization, PositionalEmbedding};
+use mechlab_engine::gpt::{ActFn, Gpt, GptConfig, Normalization, PositionalEmbedding};
 use mechlab_engine::Float;
 use rand::Rng;
 
@@ -35,6 +35,7 @@ pub fn gpt_config(cfg: &BirthConfig, d_vocab: usize) -> GptConfig {
         d_head: d,
         d_mlp: 0,
         attn_only: true,
+        act_fn: ActFn::GeluNew,
         n_ctx: cfg.data.seq_len,
         d_vocab,
         normalization: Normalization::None,

@@ -8,7 +8,7 @@ use crate::experiment::Dtype;
 use crate::run::RunConfig;
 use crate::train::config::ScheduleKind;
 use crate::train::{OptimizerKind, TrainConfig};
-use mechlab_engine::gpt::{GptConfig, Normalization, PositionalEmbedding};
+use mechlab_engine::gpt::{ActFn, GptConfig, Normalization, PositionalEmbedding};
 use serde::{Deserialize, Serialize};
 
 /// Where the training sequences come from.
@@ -121,6 +121,7 @@ impl ModelConfig {
             d_head: self.d_head,
             d_mlp: self.d_mlp,
             attn_only: self.attn_only,
+            act_fn: ActFn::GeluNew,
             n_ctx,
             d_vocab,
             normalization: self.normalization,

@@ -1,0 +1,200 @@
+//! The transformer experiment's analysis half: the run's model at a checkpoint
+//! (`Run.model()`, `mechlab intervene`; the vocabulary is read from the
+//! checkpoint's `embed.W_E`, so loading needs no data), the detectors on any
+//! checkpoint, and its interventions: the strongest head of each detector
+//! zero-ablated at `hook_z`, against the weakest head of the same detector.
+
+use super::config::{Inputs, TransformerConfig};
+use super::probes::{Eval, DETECTORS};
+use super::source::Data;
+use super::{probe_for, repeated_probe};
+use crate::analysis::{
+    first_axis, restore, Effect, InterveneError, Interventions, LoadError, Model, Request, RunDir,
+};
+use crate::rng::{stream, Stream};
+use mechlab_engine::gpt::Gpt;
+use mechlab_engine::hooks::{Ablation, Batch, Hook, HookedModel};
+use mechlab_engine::Float;
+
+/// A `[T, T]` detection pattern from a `.npy` file.
+pub fn read_pattern(path: &str, t: usize) -> Result<Vec<f64>, String> {
+    let bad = |e: String| format!("probe.pattern_file = {path:?}: {e}");
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| bad(format!("not a .npy file ({e})")))?;
+    let shape: Vec<u64> = npy.shape().to_vec();
+    if shape != [t as u64, t as u64] {
+        return Err(bad(format!(
+            "shape {shape:?}: a detection pattern is [T, T] = [{t}, {t}]"
+        )));
+    }
+    let descr = npy.dtype().descr();
+    let io = |e: std::io::Error| bad(e.to_string());
+    match descr.trim_matches('\'').trim_start_matches(['<', '|', '=']) {
+        "f8" => npy.into_vec::<f64>().map_err(io),
+        "f4" => Ok(npy
+            .into_vec::<f32>()
+            .map_err(io)?
+            .into_iter()
+            .map(f64::from)
+            .collect()),
+        "b1" => Ok(npy
+            .into_vec::<bool>()
+            .map_err(io)?
+            .into_iter()
+            .map(|b| f64::from(u8::from(b)))
+            .collect()),
+        "i8" => Ok(npy
+            .into_vec::<i64>()
+            .map_err(io)?
+            .into_iter()
+            .map(|x| x as f64)
+            .collect()),
+        other => Err(bad(format!("dtype {other}: use float, int64 or bool"))),
+    }
+}
+
+pub fn load(cfg: &TransformerConfig, run: &RunDir, step: Option<u64>) -> Result<Model, LoadError> {
+    super::config::check(cfg).map_err(|r| run.unsupported(r))?;
+    if cfg.model.dtype.analysis_f32(run)? {
+        let (m, l) = gpt_at::<f32>(cfg, run, step)?;
+        restore(m, &l)
+    } else {
+        let (m, l) = gpt_at::<f64>(cfg, run, step)?;
+        restore(m, &l)
+    }
+}
+
+/// The run's transformer (initialised) and the checkpoint to restore into it.
+fn gpt_at<T: Float>(
+    cfg: &TransformerConfig,
+    run: &RunDir,
+    step: Option<u64>,
+) -> Result<(Gpt<T>, crate::run::checkpoint::Loaded<T>), LoadError> {
+    let loaded = run.read::<T>(step)?;
+    let v = first_axis(&loaded, "embed.W_E")?;
+    // n_ctx from the position table (or the RPE table's distances), so a run
+    // whose n_ctx came from its data loads without it
+    let n_ctx = match (
+        loaded.tensors.get("pos_embed.W_pos"),
+        loaded.tensors.get("blocks.0.attn.rpe"),
+    ) {
+        (Some((shape, _)), _) => shape[0],
+        (None, Some((shape, _))) => shape[1],
+        (None, None) => cfg.model.n_ctx.max(2),
+    };
+    let mut m = cfg.model.clone();
+    m.n_ctx = n_ctx;
+    m.d_vocab = v;
+    let gcfg = m.gpt(n_ctx.saturating_sub(1).max(1), v);
+    let g = Gpt::<T>::new(&gcfg, &mut stream(cfg.seed, Stream::Init))
+        .map_err(|r| run.unsupported(r))?;
+    Ok((g, loaded))
+}
+
+pub fn intervene(
+    cfg: &TransformerConfig,
+    run: &RunDir,
+    req: &Request,
+) -> Result<Interventions, InterveneError> {
+    req.fixed_suite(
+        "transformer",
+        "each detector's strongest head zero-ablated, against its weakest",
+    )?;
+    super::config::check(cfg).map_err(InterveneError::Invalid)?;
+    if cfg.data.inputs == Inputs::Generator {
+        return Err(InterveneError::Invalid(format!(
+            "{}: data.inputs = \"generator\": the held-out windows come from a Python function; intervene from Python on run.model()",
+            run.file
+        )));
+    }
+    if cfg.model.dtype.analysis_f32(run)? {
+        intervene_typed::<f32>(cfg, run, req)
+    } else {
+        intervene_typed::<f64>(cfg, run, req)
+    }
+}
+
+fn intervene_typed<T: Float>(
+    cfg: &TransformerConfig,
+    run: &RunDir,
+    req: &Request,
+) -> Result<Interventions, InterveneError> {
+    let (mut m, loaded) = gpt_at::<T>(cfg, run, req.step)?;
+    loaded.apply_params(&mut m).map_err(LoadError::from)?;
+    let data = Data::new(cfg, &run.dir, None).map_err(InterveneError::Invalid)?;
+    let mut probe =
+        probe_for(cfg, &data, &m).map_err(|e| InterveneError::Invalid(e.to_string()))?;
+    let fin: Eval = probe.evaluate(&m);
+    let t = data.t;
+    let n = probe.x.len() / t;
+    let batch = Batch::new(probe.x.clone(), n, t);
+    let loss_with = |m: &mut Gpt<T>, head: (usize, usize)| -> Result<f64, InterveneError> {
+        let hook = Hook {
+            name: format!("blocks.{}.attn.hook_z", head.0),
+            ablation: Ablation::Zero,
+            heads: Some(vec![head.1]),
+            positions: None,
+        };
+        let logits = m.run_with_hooks(&batch, &[hook])?;
+        Ok(masked_loss(&logits.data, &probe.y, &probe.m, m.cfg.d_vocab))
+    };
+    let _ = repeated_probe;
+    let mut effects = Vec::new();
+    for (d, name) in DETECTORS.iter().enumerate() {
+        let table = &fin.detectors[d];
+        let mut heads: Vec<(usize, usize, f64)> = table
+            .iter()
+            .enumerate()
+            .flat_map(|(l, hs)| hs.iter().enumerate().map(move |(h, &v)| (l, h, v)))
+            .collect();
+        heads.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let (top, low) = (heads[0], heads[heads.len() - 1]);
+        if heads.len() < 2 {
+            continue;
+        }
+        let hit = loss_with(&mut m, (top.0, top.1))?;
+        let ctl = loss_with(&mut m, (low.0, low.1))?;
+        effects.push(
+            Effect::new(
+                &format!("top-{}", name.replace('_', "-")),
+                &format!(
+                    "does the strongest {} head matter for the held-out loss?",
+                    name.replace('_', " ")
+                ),
+                "held-out loss over the targets (nats)",
+            )
+            .values(fin.loss, hit, ctl)
+            .labels(
+                &format!(
+                    "L{}H{} (score {:.3}) zero-ablated at hook_z",
+                    top.0, top.1, top.2
+                ),
+                &format!(
+                    "L{}H{} (score {:.3}, the weakest) zero-ablated",
+                    low.0, low.1, low.2
+                ),
+            ),
+        );
+    }
+    Ok(Interventions {
+        data: format!("{n} held-out windows of {} tokens", t + 1),
+        effects,
+        ..Interventions::default()
+    })
+}
+
+/// Mean cross-entropy of `[n·T, V]` logits over the targets where `mask` is true.
+pub fn masked_loss(logits: &[f64], y: &[u32], mask: &[bool], v: usize) -> f64 {
+    let (mut sum, mut cnt) = (0.0, 0.0f64);
+    for (r, &k) in mask.iter().enumerate() {
+        if !k {
+            continue;
+        }
+        let row = &logits[r * v..(r + 1) * v];
+        let mx = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+        let lse = mx + row.iter().map(|z| (z - mx).exp()).sum::<f64>().ln();
+        sum += lse - row[y[r] as usize];
+        cnt += 1.0;
+    }
+    sum / cnt.max(1.0)
+}

@@ -1,0 +1,304 @@
+//! `transformer`: the general experiment, for a researcher's own question.
+//!
+//! Not a paper: the engine's general causal transformer ([`mechlab_engine::gpt`],
+//! every TransformerLens config key it has) trained on a built-in synthetic
+//! task ([`tasks`]), on token windows from a file ([`windows`]), or on arrays
+//! or a generator handed over from Python ([`source`]), with a loss on every
+//! token or only where a loss mask says. At every probe step it measures the
+//! mechanisms the field tracks ([`probes`]: held-out loss and accuracy beside
+//! the task's Bayes loss, TransformerLens's head detectors, the induction score,
+//! composition scores, OV copying scores, the logit lens, the in-context
+//! learning score) into `metrics.jsonl`, and its report draws them over training
+//! (heads × steps). It claims nothing, so its summary holds measurements and no
+//! verdicts. Runs, resume, sweeps, Slurm, the report, `intervene` and
+//! `Run.model()` work on it as on every paper.
+//!
+//! ```
+//! let cfg = mechlab::papers::transformer::config::TransformerConfig::default();
+//! assert_eq!((cfg.model.n_layers, cfg.data.batch), (2, 32));
+//! ```
+
+pub mod analysis;
+pub mod config;
+pub mod probes;
+mod report;
+pub mod source;
+pub mod tasks;
+pub mod windows;
+
+use crate::config::presets::Preset;
+use crate::experiment::{Dtype, ExperimentError, Paper};
+use crate::rng::{stream, substream, Stream};
+use crate::run::summary::Summary;
+use crate::run::{RunCtx, RunError};
+use crate::train::{fit, TrainError, Trainable};
+use config::TransformerConfig;
+use mechlab_engine::gpt::{Gpt, Workspace};
+use mechlab_engine::{Float, Parameters};
+use probes::{Eval, Probe, DETECTORS};
+use rand::Rng;
+use source::{Data, Generator};
+
+/// The model with its feed of training batches: what the trainer trains.
+pub struct Learner<T: Float> {
+    pub model: Gpt<T>,
+    ws: Workspace<T>,
+    pub data: Data,
+    shuffle: bool,
+    /// The step's windows and mask `[B, T + 1]`, and the model's inputs,
+    /// targets and target mask `[B, T]`, reused.
+    tokens: Vec<u32>,
+    mask: Vec<bool>,
+    x: Vec<u32>,
+    y: Vec<u32>,
+    m: Vec<bool>,
+    /// Why the feed failed (a generator that raised), reported instead of the NaN.
+    error: Option<String>,
+}
+
+impl<T: Float> Parameters<T> for Learner<T> {
+    mechlab_engine::parameters!(T; model);
+}
+
+impl<T: Float> Learner<T> {
+    fn new(model: Gpt<T>, data: Data, batch: usize, shuffle: bool) -> Self {
+        let t = data.t;
+        Learner {
+            ws: Workspace::new(&model, batch, t),
+            model,
+            data,
+            shuffle,
+            tokens: vec![0; batch * (t + 1)],
+            mask: vec![false; batch * (t + 1)],
+            x: vec![0; batch * t],
+            y: vec![0; batch * t],
+            m: vec![false; batch * t],
+            error: None,
+        }
+    }
+}
+
+impl<T: Float> Trainable<T> for Learner<T> {
+    fn train_step(&mut self, step: u64) -> T {
+        if let Err(e) = self.data.fill(step, &mut self.tokens, &mut self.mask) {
+            // the trainer stops on the NaN with a checkpoint of the state before
+            self.error = Some(e);
+            return T::of(f64::NAN);
+        }
+        let t = self.data.t;
+        let b = self.x.len() / t;
+        for s in 0..b {
+            // shuffled targets: each sequence's targets (and their mask) are the next one's
+            let src = if self.shuffle { (s + 1) % b } else { s };
+            let (row, rsrc) = (&self.tokens[s * (t + 1)..], &self.tokens[src * (t + 1)..]);
+            self.x[s * t..(s + 1) * t].copy_from_slice(&row[..t]);
+            self.y[s * t..(s + 1) * t].copy_from_slice(&rsrc[1..t + 1]);
+            self.m[s * t..(s + 1) * t]
+                .copy_from_slice(&self.mask[src * (t + 1) + 1..(src + 1) * (t + 1)]);
+        }
+        T::of(
+            self.model
+                .train_step_pairs(&mut self.ws, &self.x, &self.y, Some(&self.m)),
+        )
+    }
+    fn save_state(&self) -> serde_json::Value {
+        self.data.save_state()
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        self.data.load_state(state)
+    }
+}
+
+/// The registered experiment.
+pub struct Transformer;
+
+pub const PRESETS: &[Preset] = &[
+    crate::preset!("transformer"),
+    crate::preset!("transformer-assoc"),
+];
+
+impl Paper for Transformer {
+    type Config = TransformerConfig;
+    fn name(&self) -> &'static str {
+        "transformer"
+    }
+    fn citation(&self) -> &'static str {
+        "mechlab's general causal transformer (TransformerLens config names; detectors after TransformerLens's head_detector and Elhage et al. 2021, A Mathematical Framework for Transformer Circuits)"
+    }
+    fn presets(&self) -> &'static [Preset] {
+        PRESETS
+    }
+    fn validate(&self, cfg: &TransformerConfig) -> Result<(), String> {
+        config::check(cfg)
+    }
+    fn data_key(&self) -> Option<&'static str> {
+        Some("data.file")
+    }
+    fn run(&self, cfg: &TransformerConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        match cfg.model.dtype {
+            Dtype::F32 => run_typed::<f32>(cfg, ctx),
+            Dtype::F64 => run_typed::<f64>(cfg, ctx),
+            Dtype::F64x2 => Err(ExperimentError::Data(
+                "model.dtype = \"f64x2\" is not supported here".into(),
+            )),
+        }
+    }
+    fn load(
+        &self,
+        cfg: &TransformerConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
+        analysis::load(cfg, run, step)
+    }
+    fn intervene(
+        &self,
+        cfg: &TransformerConfig,
+        run: &crate::analysis::RunDir,
+        req: &crate::analysis::Request,
+    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
+        analysis::intervene(cfg, run, req)
+    }
+}
+
+fn bad(msg: String) -> ExperimentError {
+    ExperimentError::Data(msg)
+}
+
+/// The repeated-random-token probe's sequences, `[n, 2·rep_len + 1]`, over `ids`.
+fn repeated_probe(cfg: &TransformerConfig, t: usize, ids: &[u32]) -> (Vec<u32>, usize) {
+    let rep_len = match cfg.probe.rep_len {
+        0 => t / 2,
+        r => r.min(t / 2),
+    };
+    let n = cfg.probe.n_eval.min(64);
+    let mut r = substream(cfg.seed, Stream::Sample, 2);
+    let mut out = vec![0; n * (2 * rep_len + 1)];
+    if ids.is_empty() || rep_len == 0 {
+        return (Vec::new(), rep_len);
+    }
+    for row in out.chunks_exact_mut(2 * rep_len + 1) {
+        for i in 0..row.len() {
+            row[i] = if i < rep_len {
+                ids[r.random_range(0..ids.len())]
+            } else {
+                row[i - rep_len]
+            };
+        }
+    }
+    (out, rep_len)
+}
+
+/// The run's probe: held-out windows, the repeated-token sequences and the custom pattern.
+pub(crate) fn probe_for<T: Float>(
+    cfg: &TransformerConfig,
+    data: &Data,
+    model: &Gpt<T>,
+) -> Result<Probe<T>, ExperimentError> {
+    let t = data.t;
+    let custom = if cfg.probe.pattern_file.is_empty() {
+        None
+    } else {
+        Some(analysis::read_pattern(&cfg.probe.pattern_file, t).map_err(bad)?)
+    };
+    let (rep, rep_len) = repeated_probe(cfg, t, &data.ids());
+    Ok(Probe::new(
+        model,
+        &data.heldout,
+        &data.heldout_mask,
+        t,
+        rep,
+        rep_len,
+        custom,
+        data.bayes,
+        &cfg.probe,
+    ))
+}
+
+/// The metrics record of one probe (`metrics.jsonl`, event `probe`).
+pub(crate) fn eval_record(e: &Eval, bayes: Option<f64>) -> Vec<(String, f64)> {
+    let mut rec = vec![
+        ("loss".to_string(), e.loss),
+        ("accuracy".to_string(), e.accuracy),
+    ];
+    if let Some(b) = bayes {
+        rec.push(("bayes_gap".into(), e.loss - b));
+    }
+    if let Some(v) = e.icl {
+        rec.push(("icl".into(), v));
+    }
+    let names: Vec<&str> = DETECTORS.iter().copied().chain(["custom"]).collect();
+    for (d, dl) in e.detectors.iter().enumerate() {
+        for (l, hs) in dl.iter().enumerate() {
+            for (h, v) in hs.iter().enumerate() {
+                rec.push((format!("{}.l{l}.h{h}", names[d]), *v));
+            }
+        }
+    }
+    for (l, hs) in e.rep_induction.iter().enumerate() {
+        for (h, v) in hs.iter().enumerate() {
+            rec.push((format!("rep_induction.l{l}.h{h}"), *v));
+            rec.push((format!("copying.l{l}.h{h}"), e.copying[l][h]));
+        }
+    }
+    for (mode, name) in ["q", "k", "v"].iter().enumerate() {
+        for (li, grid) in e.composition[mode].iter().enumerate() {
+            for (h1, row) in grid.iter().enumerate() {
+                for (h2, v) in row.iter().enumerate() {
+                    rec.push((format!("comp_{name}.l{li}h{h1}.l{}h{h2}", li + 1), *v));
+                }
+            }
+        }
+    }
+    for (l, v) in e.lens.iter().enumerate() {
+        rec.push((format!("lens.{l}"), *v));
+    }
+    rec
+}
+
+fn run_typed<T: Float>(
+    cfg: &TransformerConfig,
+    ctx: &mut RunCtx,
+) -> Result<Summary, ExperimentError> {
+    let gen = ctx
+        .take_input()
+        .and_then(|b| b.downcast::<Generator>().ok())
+        .map(|b| *b);
+    let data = Data::new(cfg, ctx.dir(), gen).map_err(bad)?;
+    let gcfg = cfg.model.gpt(data.t, data.d_vocab);
+    if gcfg.n_ctx < data.t {
+        return Err(bad(format!(
+            "model.n_ctx = {}: the windows have {} tokens, so the model reads {} positions (set model.n_ctx ≥ {} or 0)",
+            gcfg.n_ctx,
+            data.t + 1,
+            data.t,
+            data.t
+        )));
+    }
+    let model = Gpt::<T>::new(&gcfg, &mut stream(cfg.seed, Stream::Init))
+        .map_err(|e| bad(format!("model.{e}")))?;
+    let mut probe = probe_for(cfg, &data, &model)?;
+    let mut learner = Learner::new(model, data, cfg.data.batch, cfg.data.shuffle_targets);
+    let bayes = learner.data.bayes;
+    let mut probe_fn = |l: &mut Learner<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
+        let e = probe.evaluate(&l.model);
+        let rec = eval_record(&e, bayes);
+        let refs: Vec<(&str, f64)> = rec.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        ctx.log("probe", step, &refs)
+    };
+    let fitted = match fit(&mut learner, &cfg.train, ctx, &mut probe_fn) {
+        Ok(f) => f,
+        Err(e @ TrainError::NonFinite { .. }) => {
+            return Err(match learner.error.take() {
+                Some(msg) => bad(msg),
+                None => e.into(),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let fin = probe.evaluate(&learner.model);
+    report::figures(cfg, ctx, &mut learner, &probe, &fin)?;
+    let s = report::summary(cfg, &learner, &fin, fitted.final_loss);
+    report::notes(cfg, ctx, &learner, &fin)?;
+    Ok(s)
+}
