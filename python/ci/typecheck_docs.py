@@ -1,5 +1,5 @@
 """Type-checks the Python a user copies from the docs: every ```python block of
-README.md and docs/python.md, the README's ``python -c`` one-liners, and the code
+README.md, docs/python.md and docs/transformer.md, the README's ``python -c`` one-liners, and the code
 cells of the example notebook, each as its own module, with ``mypy --strict``
 against the installed ``mechlab`` package (its stubs and ``py.typed``).
 
@@ -26,7 +26,7 @@ def one_liners(md: str) -> list:
 def main() -> int:
     repo = Path(sys.argv[1])
     sources = {}
-    for doc in ["README.md", "docs/python.md"]:
+    for doc in ["README.md", "docs/python.md", "docs/transformer.md"]:
         md = (repo / doc).read_text()
         # A doc's blocks read top to bottom as one session; interactive ones
         # (>>> prompts) show output, not a program.

@@ -24,6 +24,7 @@ from ._errors import (
 from ._model import Hook, Model, Pretrained
 from ._native import __version__
 from ._run import Run, Sweep
+from ._train import train
 
 __all__ = [
     "CheckpointError",
@@ -47,4 +48,5 @@ __all__ = [
     "resume",
     "run",
     "sweep",
+    "train",
 ]

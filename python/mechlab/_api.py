@@ -152,11 +152,18 @@ def load_pretrained(path: PathLike) -> Pretrained:
     return Pretrained(native, tokenizer, folder)
 
 
-def resume(run_dir: PathLike, *, quiet: Optional[bool] = None) -> Run:
+def resume(run_dir: PathLike, *, quiet: Optional[bool] = None, generator: Optional[Any] = None) -> Run:
     """Continues an interrupted run from its latest checkpoint, as ``mechlab resume``;
-    its bar starts at the step it resumes from."""
+    its bar starts at the step it resumes from. A ``mechlab.train`` run whose
+    batches came from a generator needs the same ``generator`` again."""
+    path = _required_path(run_dir, "run_dir")
+    call = None
+    if generator is not None:
+        from ._train import resume_generator
+
+        call = resume_generator(path, generator)
     with bar(quiet, f"resume {Path(run_dir).name}", "step", phases=True) as cb:
-        d = _native.resume(_required_path(run_dir, "run_dir"), on_progress=cb)
+        d = _native.resume(path, on_progress=cb, generator=call)
     return Run(d)
 
 

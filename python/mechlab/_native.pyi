@@ -18,6 +18,7 @@ __all__ = [
     "checkpoint",
     "run",
     "resume",
+    "run_dir",
     "sweep",
     "reproduce",
     "Model",
@@ -33,6 +34,7 @@ __version__: str
 _Overrides: TypeAlias = Optional[Dict[str, Any]]
 _OnProgress: TypeAlias = Optional[Callable[[int, int, str], None]]
 _PathLike: TypeAlias = Union[str, "os.PathLike[str]"]
+_Generator: TypeAlias = Optional[Callable[[int], Tuple[np.ndarray, Optional[np.ndarray]]]]
 
 def presets() -> List[str]: ...
 def config_json(source: str, overrides: _Overrides = None, seed: Optional[int] = None) -> str: ...
@@ -49,8 +51,16 @@ def run(
     out: Optional[_PathLike] = None,
     command: Optional[str] = None,
     on_progress: _OnProgress = None,
+    generator: _Generator = None,
 ) -> str: ...
-def resume(dir: _PathLike, *, on_progress: _OnProgress = None) -> str: ...
+def resume(dir: _PathLike, *, on_progress: _OnProgress = None, generator: _Generator = None) -> str: ...
+def run_dir(
+    source: str,
+    *,
+    seed: Optional[int] = None,
+    overrides: _Overrides = None,
+    out: Optional[_PathLike] = None,
+) -> str: ...
 def sweep(
     source: str,
     grid: Dict[str, Any],

@@ -104,8 +104,11 @@ fn stopped(py: Python<'_>, err: PyErr, detail: Option<String>) -> PyErr {
 
 /// Runs a preset or config file into a run folder; returns the folder. The
 /// terminal bar stays off (it is the CLI's): the caller draws its own.
+/// `generator`: the `transformer` experiment's batch function (see
+/// `generator.rs`).
 #[pyfunction]
-#[pyo3(signature = (source, *, seed=None, overrides=None, out=None, command=None, on_progress=None))]
+#[pyo3(signature = (source, *, seed=None, overrides=None, out=None, command=None, on_progress=None, generator=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     py: Python<'_>,
     source: &str,
@@ -114,6 +117,7 @@ pub fn run(
     out: Option<PathBuf>,
     command: Option<String>,
     on_progress: Option<&Bound<'_, PyAny>>,
+    generator: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PathBuf> {
     let ov = values::overrides(overrides)?;
     let resolved = values::resolve(py, source, &ov, seed)?;
@@ -123,24 +127,48 @@ pub fn run(
     let progress = Arc::new(Progress::new());
     let (p, d) = (progress.clone(), dir.clone());
     let reg = values::registry();
-    let job = move || commands::run_with_progress(&reg, &resolved, &d, &command, true, Some(p));
+    let input = crate::generator::input(generator);
+    let job = move || commands::run_with_input(&reg, &resolved, &d, &command, true, Some(p), input);
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
+}
+
+/// The folder `run` would use for this source, seed and overrides (`out` when
+/// given), resolved and checked the same way: `mechlab.train` stores its
+/// arrays there before the run starts.
+#[pyfunction]
+#[pyo3(signature = (source, *, seed=None, overrides=None, out=None))]
+pub fn run_dir(
+    py: Python<'_>,
+    source: &str,
+    seed: Option<u64>,
+    overrides: Option<&Bound<'_, PyDict>>,
+    out: Option<PathBuf>,
+) -> PyResult<PathBuf> {
+    let ov = values::overrides(overrides)?;
+    let resolved = values::resolve(py, source, &ov, seed)?;
+    Ok(commands::run_dir(
+        out.as_deref(),
+        &resolved.label,
+        resolved.prepared.seed(),
+    ))
 }
 
 /// Continues an interrupted run from its latest checkpoint; returns the folder.
 #[pyfunction]
-#[pyo3(signature = (dir, *, on_progress=None))]
+#[pyo3(signature = (dir, *, on_progress=None, generator=None))]
 pub fn resume(
     py: Python<'_>,
     dir: PathBuf,
     on_progress: Option<&Bound<'_, PyAny>>,
+    generator: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PathBuf> {
     let dir = crate::files::run_folder(py, &dir)?;
     let progress = Arc::new(Progress::new());
     let d = dir.clone();
     let p = progress.clone();
     let reg = values::registry();
-    let job = move || commands::resume_with_progress(&reg, &d, true, Some(p));
+    let input = crate::generator::input(generator);
+    let job = move || commands::resume_with_input(&reg, &d, true, Some(p), input);
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
 }
 

@@ -9,6 +9,7 @@
 
 mod errors;
 mod files;
+mod generator;
 mod jobs;
 mod model;
 mod pretrained;
@@ -31,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(files::checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::run, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::resume, m)?)?;
+    m.add_function(wrap_pyfunction!(jobs::run_dir, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::sweep, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::reproduce, m)?)?;
     m.add_class::<model::Model>()?;

@@ -31,3 +31,4 @@ mod topic;
 mod topic_bert;
 mod topic_causal;
 mod topic_reference;
+mod transformer;

@@ -122,9 +122,50 @@ pub fn figures<T: Float>(
             ctx.figure(&fig)?;
         }
     }
+    // composition over training: every pair of heads in consecutive layers × steps
+    let (nl, nh) = dims;
+    for name in ["q", "k", "v"] {
+        let pairs: Vec<(String, String)> = (1..nl)
+            .flat_map(|l| {
+                (0..nh).flat_map(move |a| {
+                    (0..nh).map(move |b| {
+                        (
+                            format!("comp_{name}.l{}h{a}.l{l}h{b}", l - 1),
+                            format!("L{}H{a}→L{l}H{b}", l - 1),
+                        )
+                    })
+                })
+            })
+            .collect();
+        let Some((steps, _)) = pairs
+            .first()
+            .map(|(k, _)| metrics::series(&recs, "probe", k))
+        else {
+            continue;
+        };
+        let values: Vec<f64> = pairs
+            .iter()
+            .flat_map(|(k, _)| metrics::series(&recs, "probe", k).1)
+            .collect();
+        let cols: Vec<String> = steps.iter().map(|s| format!("{s}")).collect();
+        let upper = name.to_uppercase();
+        ctx.figure(
+            &Figure::heatmap(
+                &format!("pairs_comp_{name}"),
+                &format!("{upper}-composition of every pair of heads over training"),
+                "step",
+                "earlier head → later head",
+                pairs.len(),
+                steps.len(),
+                values,
+                false,
+            )
+            .with_ticks(pairs.into_iter().map(|p| p.1).collect(), cols)
+            .caption("Elhage et al.'s composition score of each pair in consecutive layers at every probe step."),
+        )?;
+    }
     // final composition scores, one heatmap per mode: rows the heads of layer
     // l − 1, columns the heads of layer l, layer pairs stacked
-    let nh = cfg.model.n_heads;
     for (mode, name) in ["Q", "K", "V"].iter().enumerate() {
         let grids = &fin.composition[mode];
         if grids.is_empty() {

@@ -134,7 +134,18 @@ impl Data {
                         dir.join(INPUTS).display()
                     ));
                 }
-                let train = read_set(&file, "data.file", &mask, "data.loss_mask_file", cfg)?;
+                // error messages name the arrays as Python passed them, or the keys
+                let keys = if d.inputs == Inputs::Arrays {
+                    ["tokens", "loss_mask", "heldout", "heldout_mask"]
+                } else {
+                    [
+                        "data.file",
+                        "data.loss_mask_file",
+                        "data.heldout_file",
+                        "data.heldout_mask_file",
+                    ]
+                };
+                let train = read_set(&file, keys[0], &mask, keys[1], cfg)?;
                 let t = match (train.width, d.seq_len) {
                     (Some(l), 0) => l.checked_sub(1).filter(|&t| t >= 1).ok_or_else(|| {
                         format!("data.file = {file:?}: windows of {l} token: need at least 2")
@@ -186,8 +197,12 @@ impl Data {
                     ));
                 }
                 let seen = train.max_id().max(held.max_id()) as usize + 1;
-                let d_vocab = vocab_for(cfg, text_vocab(cfg)?.unwrap_or(seen), "data.file")?;
-                train.check_vocab(d_vocab, &format!("data.file = {file:?}"))?;
+                // with model.d_vocab set, a token past it is reported where it is
+                let d_vocab = match cfg.model.d_vocab {
+                    0 => text_vocab(&file, cfg)?.unwrap_or(seen),
+                    v => v,
+                };
+                train.check_vocab(d_vocab, &format!("{} = {file:?}", keys[0]))?;
                 held.check_vocab(d_vocab, "the held-out windows")?;
                 let (heldout, heldout_mask) = held.windows(n_eval, t + 1);
                 let what = format!(

@@ -17,8 +17,8 @@
 //! ```
 //! use mechlab::papers::transformer::{config::TransformerConfig, tasks::Task};
 //! use rand::SeedableRng;
-//! let t = Task::new(&TransformerConfig::default()).unwrap(); // repeated, 32 symbols, T = 64
-//! let (mut tok, mut mask) = (vec![0; 2 * 65], vec![false; 2 * 65]);
+//! let t = Task::new(&TransformerConfig::default()).unwrap(); // repeated, 32 symbols, T = 32
+//! let (mut tok, mut mask) = (vec![0; 2 * 33], vec![false; 2 * 33]);
 //! t.batch(&mut tok, &mut mask, &mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
 //! assert!(tok.iter().all(|&x| x < 32) && mask[1] && !mask[0]);
 //! ```
@@ -70,6 +70,7 @@ fn default_t(kind: TaskKind, n_pairs: usize) -> usize {
         TaskKind::Modadd => 3,
         TaskKind::Copy | TaskKind::Sort => 16,
         TaskKind::Assoc => 4 * n_pairs - 1,
+        TaskKind::Repeated => 32,
         _ => 64,
     }
 }
@@ -562,21 +563,23 @@ mod tests {
     #[test]
     fn bayes_losses_behave_as_the_posteriors_they_are() {
         let t = Task::new(&cfg(TaskKind::Repeated)).unwrap();
-        let (mut tok, mut mask) = (vec![0; 65 * 16], vec![false; 65 * 16]);
+        let w = t.t + 1;
+        let (mut tok, mut mask) = (vec![0; w * 16], vec![false; w * 16]);
         t.batch(&mut tok, &mut mask, &mut substream(2, Stream::Data, 0));
-        let mut b = vec![0.0; 65];
-        t.bayes(&tok[..65], &mut b);
+        let mut b = vec![0.0; w];
+        t.bayes(&tok[..w], &mut b);
         assert!((b[1] - (32f64).ln()).abs() < 1e-12);
-        assert!(b[64] < 1e-6, "{b:?}");
+        assert!(b[w - 1] < 1e-6, "{b:?}");
         let m = Task::new(&cfg(TaskKind::Markov)).unwrap();
-        let mut tot = 0.0;
-        let mut cnt = 0.0;
-        let (mut tk, mut mk) = (vec![0; 65 * 64], vec![false; 65 * 64]);
+        let w = m.t + 1;
+        let (mut tot, mut cnt) = (0.0, 0.0);
+        let mut b = vec![0.0; w];
+        let (mut tk, mut mk) = (vec![0; w * 64], vec![false; w * 64]);
         m.batch(&mut tk, &mut mk, &mut substream(3, Stream::Data, 0));
-        for row in tk.chunks(65) {
+        for row in tk.chunks(w) {
             m.bayes(row, &mut b);
             tot += b[1..].iter().sum::<f64>();
-            cnt += 64.0;
+            cnt += (w - 1) as f64;
         }
         assert!(tot / cnt < (3f64).ln() - 0.1, "{}", tot / cnt);
     }

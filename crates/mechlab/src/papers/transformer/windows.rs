@@ -163,9 +163,9 @@ fn read_array(path: &str, key: &str, cfg: &TransformerConfig) -> Result<Array, S
     }
 }
 
-/// The vocabulary a text file's tokenizer defines (`None` for id files).
-pub fn text_vocab(cfg: &TransformerConfig) -> Result<Option<usize>, String> {
-    if matches!(ext(&cfg.data.file).as_str(), "npy" | "safetensors") {
+/// The vocabulary the tokenizer of text file `file` defines (`None` for id files).
+pub fn text_vocab(file: &str, cfg: &TransformerConfig) -> Result<Option<usize>, String> {
+    if matches!(ext(file).as_str(), "npy" | "safetensors") {
         return Ok(None);
     }
     Ok(Some(match cfg.data.tokenizer {
