@@ -104,6 +104,17 @@ class Run:
 
         return Model(_native.load_model(self.dir, step), self.dir)
 
+    def export_transformer_lens(self, out: Optional[PathLike] = None, step: Optional[int] = None) -> Path:
+        """Writes the run's transformer (checkpoint ``step``, the latest by
+        default) as TransformerLens's ``HookedTransformer`` state dict and config
+        into ``out`` (default ``<run>/export/transformer_lens``): load it with
+        ``HookedTransformer(HookedTransformerConfig(**json.load(open(out / "config.json"))))``
+        and ``load_state_dict(safetensors.torch.load_file(out / "model.safetensors"), strict=False)``;
+        ``mechlab.train(init_from=out)`` starts a run from it. Returns ``out``."""
+        target = Path(out) if out is not None else Path(self.dir) / "export" / "transformer_lens"
+        _native.export_transformer_lens(self.dir, target, step)
+        return target
+
     def intervene(
         self,
         step: Optional[int] = None,

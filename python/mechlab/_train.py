@@ -3,6 +3,7 @@ the researcher's own (the ``transformer`` experiment; docs/transformer.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
@@ -84,6 +85,7 @@ def train(
     heldout: Any = None,
     heldout_mask: Any = None,
     generator: Optional[Generator] = None,
+    init_from: Optional[PathLike] = None,
     seed: Optional[int] = None,
     overrides: Optional[Dict[str, Any]] = None,
     out: Optional[PathLike] = None,
@@ -109,6 +111,11 @@ def train(
       resumed run gets the same batches: resume with ``mechlab.resume(run,
       generator=fn)``. ``model.d_vocab`` must be set.
     - neither: the config's ``data.file`` or built-in ``data.task``.
+
+    ``init_from``: a TransformerLens export folder (``model.safetensors`` and
+    ``config.json``, as ``Run.export_transformer_lens`` writes them) to start
+    from instead of a fresh initialisation; its sizes become the ``model`` keys.
+    With ``{"train.steps": 0}`` the run only measures the imported model.
     """
     if config is None:
         src, base = "transformer", {}
@@ -118,7 +125,23 @@ def train(
         src, base = os.fspath(config), {}
     else:
         raise TypeError(f"config: expected a dict of keys, a preset name or a path, got {type(config).__name__}")
-    ov: Dict[str, Any] = {**base, **(_overrides(overrides) or {})}
+    imported: Dict[str, Any] = {}
+    if init_from is not None:
+        folder = Path(os.fspath(init_from))
+        try:
+            tl = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"init_from: {folder / 'config.json'}: {e}") from None
+        imported = {
+            f"model.{k}": tl[k] for k in ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab") if k in tl
+        }
+        imported["model.attn_only"] = bool(tl.get("attn_only", False))
+        imported["model.d_mlp"] = 0 if imported["model.attn_only"] else tl.get("d_mlp") or 0
+        if tl.get("act_fn") is not None:
+            imported["model.act_fn"] = tl["act_fn"]
+        imported["model.normalization"] = "LN" if tl.get("normalization_type") == "LN" else "none"
+        imported["model.init_from"] = str(folder.resolve())
+    ov: Dict[str, Any] = {**imported, **base, **(_overrides(overrides) or {})}
     if tokens is not None and generator is not None:
         raise ConfigError("train: give tokens or generator, not both")
     arrays: Dict[str, np.ndarray] = {}
@@ -163,14 +186,10 @@ def train(
 
 
 def _native_config_seed(src: str, ov: Dict[str, Any], seed: Optional[int]) -> int:
-    import json
-
     return json.loads(_native.config_json(src, ov, seed))["seed"]
 
 
 def resume_generator(run_dir: PathLike, generator: Generator) -> Callable[[int], Tuple[np.ndarray, Optional[np.ndarray]]]:
     """The native call for resuming a generator run (its seed from the run's config)."""
-    import json
-
     cfg = json.loads(_native.read_config_json(Path(run_dir)))
     return _wrap(generator, int(cfg["seed"]))

@@ -208,3 +208,18 @@ pub fn checkpoint<'py>(
         }
     }
 }
+
+/// Writes the run's transformer (checkpoint `step`, the latest when `None`) as
+/// a TransformerLens state dict and config into `out`; returns the two files.
+#[pyfunction]
+#[pyo3(signature = (dir, out, step=None))]
+pub fn export_transformer_lens(
+    py: Python<'_>,
+    dir: PathBuf,
+    out: PathBuf,
+    step: Option<u64>,
+) -> PyResult<Vec<PathBuf>> {
+    let dir = run_folder(py, &dir)?;
+    mechlab::commands::export::transformer_lens(&dir, step, &out)
+        .map_err(|e| crate::errors::run(py, &e))
+}

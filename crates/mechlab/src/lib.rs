@@ -28,6 +28,7 @@ pub mod commands;
 pub mod config;
 pub mod experiment;
 pub mod inspect;
+pub mod interop;
 pub mod max_margin;
 pub mod papers;
 pub mod patching;

@@ -105,15 +105,23 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Export a run's parameters and recorded activations for numpy.
+    /// Export a run's parameters and recorded activations for numpy, or its
+    /// transformer as a TransformerLens state dict and config.
     Export {
         run: PathBuf,
-        /// Write .npy files (the only format for now).
+        /// Write .npy files into <run>/export.
         #[arg(long)]
         npy: bool,
+        /// Write model.safetensors and config.json for TransformerLens's
+        /// HookedTransformer (runs of the engine's transformer: transformer, lm-induction).
+        #[arg(long)]
+        transformer_lens: bool,
         /// Checkpoint step (default: the latest).
         #[arg(long)]
         step: Option<u64>,
+        /// Folder for --transformer-lens (default: <run>/export/transformer_lens).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// A trained run's causal questions, each beside a control, on the run's own
     /// evaluation data (every paper): intervene.json, figures and a report section.
@@ -340,12 +348,23 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             );
             Ok(0)
         }
-        Cmd::Export { run, npy, step } => {
-            if !npy {
-                bail!("choose a format: --npy");
-            }
-            let files = commands::export::export(&run, step)
-                .with_context(|| format!("exporting {}", run.display()))?;
+        Cmd::Export {
+            run,
+            npy,
+            transformer_lens,
+            step,
+            out,
+        } => {
+            let files = match (npy, transformer_lens) {
+                (true, false) => commands::export::export(&run, step)
+                    .with_context(|| format!("exporting {}", run.display()))?,
+                (false, true) => {
+                    let out = out.unwrap_or_else(|| run.join("export").join("transformer_lens"));
+                    commands::export::transformer_lens(&run, step, &out)
+                        .with_context(|| format!("exporting {}", run.display()))?
+                }
+                _ => bail!("choose one format: --npy or --transformer-lens"),
+            };
             for f in &files {
                 println!("{}", f.display());
             }

@@ -103,6 +103,67 @@ pub fn export(dir: &Path, step: Option<u64>) -> Result<Vec<PathBuf>, RunError> {
     Ok(written)
 }
 
+/// Writes the transformer of the run in `dir` (checkpoint `step`, the latest
+/// when `None`) as a TransformerLens state dict and config into `out`
+/// ([`crate::interop`]); returns the two files. The head count and activation
+/// come from the run's `[model]` keys, every size from the checkpoint.
+pub fn transformer_lens(
+    dir: &Path,
+    step: Option<u64>,
+    out: &Path,
+) -> Result<Vec<PathBuf>, RunError> {
+    let cfg_path = dir.join("config.toml");
+    if !cfg_path.exists() {
+        return Err(RunError::not_a_run(dir));
+    }
+    let table = crate::config::read_file(&cfg_path)?;
+    let bad = |reason: String| RunError::Folder {
+        path: dir.display().to_string(),
+        reason,
+    };
+    let model = table.get("model").and_then(|v| v.as_table());
+    let n_heads = model
+        .and_then(|m| m.get("n_heads"))
+        .and_then(|v| v.as_integer())
+        .ok_or_else(|| {
+            bad("its config has no model.n_heads: not a run of the engine's transformer".into())
+        })?;
+    let act_fn = match model.and_then(|m| m.get("act_fn")).and_then(|v| v.as_str()) {
+        None | Some("gelu_new") => mechlab_engine::gpt::ActFn::GeluNew,
+        Some("relu") => mechlab_engine::gpt::ActFn::Relu,
+        Some(o) => return Err(bad(format!("model.act_fn = {o:?}: cannot export"))),
+    };
+    let ck = crate::analysis::RunDir::new(dir)
+        .checkpoint(step)
+        .map_err(|e| bad(e.to_string()))?;
+    let meta = checkpoint::verify(&ck).map_err(|e| bad(e.to_string()))?;
+    match meta.dtype.as_str() {
+        "f32" => tl_of::<f32>(&ck, n_heads as usize, act_fn, out).map_err(bad)?,
+        "f64" => tl_of::<f64>(&ck, n_heads as usize, act_fn, out).map_err(bad)?,
+        d => {
+            return Err(bad(format!(
+                "a {d} checkpoint does not export (f32 and f64 do)"
+            )))
+        }
+    }
+    Ok(vec![
+        out.join(crate::interop::STATE),
+        out.join(crate::interop::CONFIG),
+    ])
+}
+
+fn tl_of<T: mechlab_engine::Float>(
+    ck: &Path,
+    n_heads: usize,
+    act_fn: mechlab_engine::gpt::ActFn,
+    out: &Path,
+) -> Result<(), String> {
+    let l = checkpoint::load::<T>(ck).map_err(|e| e.to_string())?;
+    let m = crate::interop::gpt_from_tensors(&l.tensors, n_heads, act_fn)?;
+    let (t, j) = crate::interop::to_transformer_lens(&m)?;
+    crate::interop::write(out, &t, &j)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -569,3 +569,78 @@ fn detectors_and_composition_find_a_hand_built_induction_circuit() {
     );
     assert!(rep_loss(&c) > (v as f64).ln(), "{:?}", c.per_pos);
 }
+
+/// `mechlab export --transformer-lens` writes TransformerLens's state dict and
+/// config; `model.init_from` starts a run from them, so a run continued from
+/// its own export measures the same model bit for bit, and a config that
+/// describes another model is refused naming the key.
+#[test]
+fn a_transformer_lens_export_imports_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n).display().to_string();
+    let base = [
+        "--set",
+        "train.steps=60",
+        "--set",
+        "run.probe_every=30",
+        "--set",
+        "model.d_mlp=32",
+        "--set",
+        "model.attn_only=false",
+    ];
+    let mut a = vec!["run", "transformer"];
+    a.extend_from_slice(&base);
+    let out_a = p("a");
+    a.extend_from_slice(&["--out", &out_a]);
+    assert_eq!(run_cli(&a).unwrap(), 0);
+    let exp = p("tl");
+    assert_eq!(
+        run_cli(&["export", &out_a, "--transformer-lens", "--out", &exp]).unwrap(),
+        0
+    );
+    let cfg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(&exp).join("config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            cfg["n_layers"].as_u64(),
+            cfg["d_mlp"].as_u64(),
+            cfg["act_fn"].as_str()
+        ),
+        (Some(2), Some(32), Some("gelu_new"))
+    );
+    let init = format!("model.init_from={exp:?}");
+    let mut b = vec!["run", "transformer"];
+    b.extend_from_slice(&base);
+    let out_b = p("b");
+    b.extend_from_slice(&["--set", "train.steps=0", "--set", &init, "--out", &out_b]);
+    assert_eq!(run_cli(&b).unwrap(), 0);
+    let (sa, sb) = (
+        mechlab::run::read_summary(Path::new(&out_a)).unwrap(),
+        mechlab::run::read_summary(Path::new(&out_b)).unwrap(),
+    );
+    for k in [
+        "heldout_loss",
+        "heldout_accuracy",
+        "best_induction",
+        "best_previous_token",
+    ] {
+        assert_eq!(sa.metrics[k].to_bits(), sb.metrics[k].to_bits(), "{k}");
+    }
+    let mut c = vec!["run", "transformer"];
+    c.extend_from_slice(&base);
+    let out_c = p("c");
+    c.extend_from_slice(&[
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "model.d_head=32",
+        "--set",
+        &init,
+        "--out",
+        &out_c,
+    ]);
+    let e = run_cli(&c).unwrap_err().to_string();
+    assert!(e.contains("n_heads = 4, the config says 2"), "{e}");
+}

@@ -166,6 +166,10 @@ pub struct ModelConfig {
     pub tied_embeddings: bool,
     pub init_range: f64,
     pub dtype: Dtype,
+    /// Start from the weights of a TransformerLens export folder
+    /// (`model.safetensors` and `config.json`, [`crate::interop`]) instead of a
+    /// fresh initialisation; the keys above must describe the same model.
+    pub init_from: String,
 }
 
 impl Default for ModelConfig {
@@ -185,6 +189,7 @@ impl Default for ModelConfig {
             tied_embeddings: false,
             init_range: 0.02,
             dtype: Dtype::F32,
+            init_from: String::new(),
         }
     }
 }

@@ -275,8 +275,12 @@ fn run_typed<T: Float>(
             data.t
         )));
     }
-    let model = Gpt::<T>::new(&gcfg, &mut stream(cfg.seed, Stream::Init))
-        .map_err(|e| bad(format!("model.{e}")))?;
+    let model = if cfg.model.init_from.is_empty() {
+        Gpt::<T>::new(&gcfg, &mut stream(cfg.seed, Stream::Init))
+            .map_err(|e| bad(format!("model.{e}")))?
+    } else {
+        imported::<T>(cfg, &gcfg).map_err(bad)?
+    };
     let mut probe = probe_for(cfg, &data, &model)?;
     let mut learner = Learner::new(model, data, cfg.data.batch, cfg.data.shuffle_targets);
     let bayes = learner.data.bayes;
@@ -301,4 +305,53 @@ fn run_typed<T: Float>(
     let s = report::summary(cfg, &learner, &fin, fitted.final_loss);
     report::notes(cfg, ctx, &learner, &fin)?;
     Ok(s)
+}
+
+/// The model of `model.init_from` (a TransformerLens export), which must be
+/// the model the config describes (`want`), so that the run's `config.toml`
+/// says what it trained.
+fn imported<T: Float>(
+    cfg: &TransformerConfig,
+    want: &mechlab_engine::gpt::GptConfig,
+) -> Result<Gpt<T>, String> {
+    let from = &cfg.model.init_from;
+    let (json, tensors) = crate::interop::read::<T>(std::path::Path::new(from))
+        .map_err(|e| format!("model.init_from: {e}"))?;
+    let m = crate::interop::from_transformer_lens::<T>(&json, &tensors)
+        .map_err(|e| format!("model.init_from = {from:?}: {e}"))?;
+    let g = &m.cfg;
+    let checks: [(&str, String, String); 9] = [
+        (
+            "n_layers",
+            g.n_layers.to_string(),
+            want.n_layers.to_string(),
+        ),
+        ("d_model", g.d_model.to_string(), want.d_model.to_string()),
+        ("n_heads", g.n_heads.to_string(), want.n_heads.to_string()),
+        ("d_head", g.d_head.to_string(), want.d_head.to_string()),
+        ("d_mlp", g.d_mlp.to_string(), want.d_mlp.to_string()),
+        (
+            "act_fn",
+            format!("{:?}", g.act_fn),
+            format!("{:?}", want.act_fn),
+        ),
+        (
+            "normalization",
+            format!("{:?}", g.normalization),
+            format!("{:?}", want.normalization),
+        ),
+        ("n_ctx", g.n_ctx.to_string(), want.n_ctx.to_string()),
+        ("d_vocab", g.d_vocab.to_string(), want.d_vocab.to_string()),
+    ];
+    for (key, theirs, ours) in checks {
+        if theirs != ours {
+            return Err(format!(
+                "model.init_from = {from:?} holds a model with {key} = {theirs}, the config says {ours}: set model.{key} to match"
+            ));
+        }
+    }
+    if want.tied_embeddings {
+        return Err("model.tied_embeddings = true: a TransformerLens export is untied".into());
+    }
+    Ok(m)
 }

@@ -245,7 +245,10 @@ pub fn summary<T: Float>(
     let mut s = Summary::new("transformer", cfg.seed);
     s.metric("heldout_loss", fin.loss);
     s.metric("heldout_accuracy", fin.accuracy);
-    s.metric("train_loss", train_loss);
+    if train_loss.is_finite() {
+        // (no update, no training loss: a run of 0 steps measures an imported model)
+        s.metric("train_loss", train_loss);
+    }
     s.measurement(
         "heldout-loss",
         "held-out loss over the target tokens (nats)",
