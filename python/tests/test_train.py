@@ -111,3 +111,24 @@ def test_bad_arrays_name_the_array():
         mechlab.train({"model.d_vocab": 5}, tokens=x, out="runs/b4", quiet=True)
     with pytest.raises(mechlab.MechlabError, match=r"loss_mask.*marks no token"):
         mechlab.train(tokens=x, loss_mask=np.zeros_like(m), out="runs/b5", quiet=True)
+
+
+def test_an_export_imports_back_to_the_same_model():
+    x, m = _lookup(1000, np.random.default_rng(3))
+    cfg = {"train.steps": 60, "model.d_mlp": 16, "model.attn_only": False, "model.act_fn": "relu"}
+    a = mechlab.train(cfg, tokens=x, loss_mask=m, out="runs/e1", quiet=True)
+    folder = a.export_transformer_lens()
+    assert folder == Path(a.dir) / "export" / "transformer_lens"
+    tl = json.loads((folder / "config.json").read_text())
+    assert (tl["act_fn"], tl["d_mlp"], tl["n_ctx"], tl["d_vocab"]) == ("relu", 16, 9, 10)
+    # init_from sets the model keys from the export's config.json
+    b = mechlab.train({"train.steps": 0}, tokens=x, loss_mask=m, init_from=folder, out="runs/e2", quiet=True)
+    for k in ("heldout_loss", "heldout_accuracy", "best_induction"):
+        assert a.summary["metrics"][k] == b.summary["metrics"][k], k
+    tokens = x[:4, :8]
+    out_a, _ = a.model().run_with_cache(tokens, names=[])
+    out_b, _ = b.model().run_with_cache(tokens, names=[])
+    assert np.array_equal(out_a, out_b)
+    with pytest.raises(mechlab.MechlabError, match=r"n_heads = 4, the config says 2"):
+        mechlab.train({"train.steps": 0}, tokens=x, init_from=folder, overrides={"model.n_heads": 2, "model.d_head": 32},
+                      out="runs/e3", quiet=True)

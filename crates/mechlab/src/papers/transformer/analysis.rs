@@ -5,9 +5,9 @@
 //! zero-ablated at `hook_z`, against the weakest head of the same detector.
 
 use super::config::{Inputs, TransformerConfig};
+use super::probe_for;
 use super::probes::{Eval, DETECTORS};
 use super::source::Data;
-use super::{probe_for, repeated_probe};
 use crate::analysis::{
     first_axis, restore, Effect, InterveneError, Interventions, LoadError, Model, Request, RunDir,
 };
@@ -138,7 +138,6 @@ fn intervene_typed<T: Float>(
         let logits = m.run_with_hooks(&batch, &[hook])?;
         Ok(masked_loss(&logits.data, &probe.y, &probe.m, m.cfg.d_vocab))
     };
-    let _ = repeated_probe;
     let mut effects = Vec::new();
     for (d, name) in DETECTORS.iter().enumerate() {
         let table = &fin.detectors[d];
@@ -148,10 +147,10 @@ fn intervene_typed<T: Float>(
             .flat_map(|(l, hs)| hs.iter().enumerate().map(move |(h, &v)| (l, h, v)))
             .collect();
         heads.sort_by(|a, b| b.2.total_cmp(&a.2));
-        let (top, low) = (heads[0], heads[heads.len() - 1]);
         if heads.len() < 2 {
             continue;
         }
+        let (top, low) = (heads[0], heads[heads.len() - 1]);
         let hit = loss_with(&mut m, (top.0, top.1))?;
         let ctl = loss_with(&mut m, (low.0, low.1))?;
         effects.push(

@@ -117,7 +117,7 @@ impl<T: Float> Probe<T> {
         let nr = rep.len() / (2 * rep_len + 1);
         Probe {
             ws: Workspace::new(model, n, t),
-            ws_rep: Workspace::new(model, nr.max(1), 2 * rep_len),
+            ws_rep: Workspace::new(model, nr.max(1), (2 * rep_len).max(1)),
             x,
             y,
             m,
