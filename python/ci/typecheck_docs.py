@@ -1,6 +1,6 @@
 """Type-checks the Python a user copies from the docs: every ```python block of
 README.md, docs/python.md and docs/transformer.md, the README's ``python -c`` one-liners, and the code
-cells of the example notebook, each as its own module, with ``mypy --strict``
+cells of the notebooks, each as its own module, with ``mypy --strict``
 against the installed ``mechlab`` package (its stubs and ``py.typed``).
 
 Usage: python typecheck_docs.py REPO. Third-party modules without stubs (pandas,
@@ -34,9 +34,10 @@ def main() -> int:
         if doc == "README.md":
             for i, b in enumerate(one_liners(md)):
                 sources[f"readme_oneliner{i}"] = b
-    nb = json.loads((repo / "docs/notebooks/induction_heads.ipynb").read_text())
-    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    sources["notebook"] = "\n\n".join(cells)
+    for name in ["induction_heads", "transformer"]:
+        nb = json.loads((repo / f"docs/notebooks/{name}.ipynb").read_text())
+        cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+        sources[f"notebook_{name}"] = "\n\n".join(cells)
     with tempfile.TemporaryDirectory() as d:
         files = []
         for name, text in sources.items():
