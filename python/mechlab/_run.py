@@ -112,7 +112,18 @@ class Run:
         and ``load_state_dict(safetensors.torch.load_file(out / "model.safetensors"), strict=False)``;
         ``mechlab.train(init_from=out)`` starts a run from it. Returns ``out``."""
         target = Path(out) if out is not None else Path(self.dir) / "export" / "transformer_lens"
-        _native.export_transformer_lens(self.dir, target, step)
+        _native.export_model(self.dir, target, "transformer_lens", step)
+        return target
+
+    def export_nanogpt(self, out: Optional[PathLike] = None, step: Optional[int] = None) -> Path:
+        """Writes the run's transformer as karpathy/nanoGPT's ``GPT`` state dict
+        (``model.safetensors``) and ``GPTConfig`` keys (``config.json``) into
+        ``out`` (default ``<run>/export/nanogpt``): ``GPT(GPTConfig(**cfg))`` and
+        ``load_state_dict(...)``. Only a model nanoGPT can hold exports (LayerNorm,
+        ``d_mlp = 4·d_model``, ``act_fn = "gelu"``, tied embeddings, no unembedding
+        bias); ``mechlab.train(init_from=out)`` imports one. Returns ``out``."""
+        target = Path(out) if out is not None else Path(self.dir) / "export" / "nanogpt"
+        _native.export_model(self.dir, target, "nanogpt", step)
         return target
 
     def intervene(

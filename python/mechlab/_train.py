@@ -112,8 +112,9 @@ def train(
       generator=fn)``. ``model.d_vocab`` must be set.
     - neither: the config's ``data.file`` or built-in ``data.task``.
 
-    ``init_from``: a TransformerLens export folder (``model.safetensors`` and
-    ``config.json``, as ``Run.export_transformer_lens`` writes them) to start
+    ``init_from``: a TransformerLens or nanoGPT export folder (``model.safetensors``
+    and ``config.json``, as ``Run.export_transformer_lens`` / ``export_nanogpt``
+    write them) to start
     from instead of a fresh initialisation; its sizes become the ``model`` keys.
     With ``{"train.steps": 0}`` the run only measures the imported model.
     """
@@ -132,14 +133,23 @@ def train(
             tl = json.loads((folder / "config.json").read_text())
         except (OSError, ValueError) as e:
             raise ConfigError(f"init_from: {folder / 'config.json'}: {e}") from None
-        imported = {
-            f"model.{k}": tl[k] for k in ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab") if k in tl
-        }
-        imported["model.attn_only"] = bool(tl.get("attn_only", False))
-        imported["model.d_mlp"] = 0 if imported["model.attn_only"] else tl.get("d_mlp") or 0
-        if tl.get("act_fn") is not None:
-            imported["model.act_fn"] = tl["act_fn"]
-        imported["model.normalization"] = "LN" if tl.get("normalization_type") == "LN" else "none"
+        if "n_layer" in tl:  # nanoGPT's GPTConfig
+            d, h = int(tl["n_embd"]), int(tl["n_head"])
+            imported = {
+                "model.n_layers": tl["n_layer"], "model.d_model": d, "model.n_heads": h, "model.d_head": d // h,
+                "model.d_mlp": 4 * d, "model.attn_only": False, "model.act_fn": "gelu", "model.normalization": "LN",
+                "model.n_ctx": tl["block_size"], "model.d_vocab": tl["vocab_size"], "model.tied_embeddings": True,
+                "model.unembed_bias": False,
+            }
+        else:  # TransformerLens's HookedTransformerConfig
+            imported = {
+                f"model.{k}": tl[k] for k in ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab") if k in tl
+            }
+            imported["model.attn_only"] = bool(tl.get("attn_only", False))
+            imported["model.d_mlp"] = 0 if imported["model.attn_only"] else tl.get("d_mlp") or 0
+            if tl.get("act_fn") is not None:
+                imported["model.act_fn"] = tl["act_fn"]
+            imported["model.normalization"] = "LN" if tl.get("normalization_type") == "LN" else "none"
         imported["model.init_from"] = str(folder.resolve())
     ov: Dict[str, Any] = {**imported, **base, **(_overrides(overrides) or {})}
     if tokens is not None and generator is not None:

@@ -210,16 +210,29 @@ pub fn checkpoint<'py>(
 }
 
 /// Writes the run's transformer (checkpoint `step`, the latest when `None`) as
-/// a TransformerLens state dict and config into `out`; returns the two files.
+/// a TransformerLens (`format = "transformer_lens"`) or nanoGPT (`"nanogpt"`)
+/// state dict and config into `out`; returns the two files.
 #[pyfunction]
-#[pyo3(signature = (dir, out, step=None))]
-pub fn export_transformer_lens(
+#[pyo3(signature = (dir, out, format, step=None))]
+pub fn export_model(
     py: Python<'_>,
     dir: PathBuf,
     out: PathBuf,
+    format: &str,
     step: Option<u64>,
 ) -> PyResult<Vec<PathBuf>> {
+    use mechlab::commands::export::Format;
+    let f = match format {
+        "transformer_lens" => Format::TransformerLens,
+        "nanogpt" => Format::NanoGpt,
+        o => {
+            return Err(crate::errors::raise(
+                py,
+                crate::errors::Kind::Config,
+                format!("format {o:?}: expected \"transformer_lens\" or \"nanogpt\""),
+            ))
+        }
+    };
     let dir = run_folder(py, &dir)?;
-    mechlab::commands::export::transformer_lens(&dir, step, &out)
-        .map_err(|e| crate::errors::run(py, &e))
+    mechlab::commands::export::model(&dir, step, &out, f).map_err(|e| crate::errors::run(py, &e))
 }

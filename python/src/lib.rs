@@ -30,7 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(files::metrics, m)?)?;
     m.add_function(wrap_pyfunction!(files::steps, m)?)?;
     m.add_function(wrap_pyfunction!(files::checkpoint, m)?)?;
-    m.add_function(wrap_pyfunction!(files::export_transformer_lens, m)?)?;
+    m.add_function(wrap_pyfunction!(files::export_model, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::run, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::resume, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::run_dir, m)?)?;

@@ -132,3 +132,20 @@ def test_an_export_imports_back_to_the_same_model():
     with pytest.raises(mechlab.MechlabError, match=r"n_heads = 4, the config says 2"):
         mechlab.train({"train.steps": 0}, tokens=x, init_from=folder, overrides={"model.n_heads": 2, "model.d_head": 32},
                       out="runs/e3", quiet=True)
+
+
+def test_a_nanogpt_shaped_run_exports_to_nanogpt_and_back():
+    x, m = _lookup(1000, np.random.default_rng(4))
+    cfg = {"train.steps": 40, "model": {"d_model": 32, "n_heads": 4, "d_head": 8, "d_mlp": 128, "attn_only": False,
+                                        "act_fn": "gelu", "tied_embeddings": True, "unembed_bias": False}}
+    a = mechlab.train(cfg, tokens=x, out="runs/n1", quiet=True)
+    assert not a.checkpoint()["unembed.b_U"].any()  # never trained: nanoGPT has no lm_head bias
+    folder = a.export_nanogpt()
+    ng = json.loads((folder / "config.json").read_text())
+    assert (ng["n_layer"], ng["n_head"], ng["n_embd"], ng["block_size"], ng["vocab_size"]) == (2, 4, 32, 9, 10)
+    b = mechlab.train({"train.steps": 0}, tokens=x, init_from=folder, out="runs/n2", quiet=True)
+    assert a.summary["metrics"]["heldout_loss"] == b.summary["metrics"]["heldout_loss"]
+    # a model nanoGPT cannot hold is refused, naming what differs
+    c = mechlab.train({"train.steps": 5}, tokens=x, out="runs/n3", quiet=True)
+    with pytest.raises(mechlab.MechlabError, match=r"nanoGPT's model has LayerNorm|MLPs of 4"):
+        c.export_nanogpt()

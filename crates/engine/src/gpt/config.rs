@@ -22,6 +22,9 @@ pub enum ActFn {
     GeluNew,
     /// `max(x, 0)` ([`crate::layers::relu`]).
     Relu,
+    /// The exact GELU `x·Φ(x)` ([`crate::layers::gelu::exact_forward`];
+    /// TransformerLens `"gelu"`, PyTorch's `nn.GELU()`, nanoGPT's).
+    Gelu,
 }
 
 /// How the model knows positions.

@@ -135,6 +135,16 @@ fn gradcheck_relu_mlp() {
     gradcheck(cfg, "relu");
 }
 
+/// The exact GELU (nanoGPT's, TransformerLens `"gelu"`) through the model.
+#[test]
+fn gradcheck_exact_gelu_mlp() {
+    let cfg = GptConfig {
+        act_fn: ActFn::Gelu,
+        ..tiny(true, Normalization::LN, PositionalEmbedding::Standard, true)
+    };
+    gradcheck(cfg, "gelu");
+}
+
 /// Targets given apart from the inputs: the next-token targets reproduce the
 /// masked step bit for bit, and other targets (a shuffled control) are
 /// gradient-checked against the loss they define.
@@ -261,6 +271,9 @@ fn frozen_parameters_get_no_gradient_and_change_no_other() {
         "blocks.1.mlp.b_in",
         "unembed.W_U",
         "unembed.b_U",
+        // one of a layer's pair alone: the weight, or the bias
+        "blocks.0.attn.W_O",
+        "blocks.0.mlp.b_out",
     ];
     for name in frozen {
         m.set_frozen(name, true).unwrap();

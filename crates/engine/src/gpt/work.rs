@@ -59,7 +59,7 @@ fn two<T>(g: &mut [Vec<T>], a: usize, b: usize) -> (&mut [T], &mut [T]) {
 }
 
 /// A linear layer's backward into `g`: `dx += dy·W` when asked, and the
-/// weight and bias gradients unless both are frozen (then only `dx`).
+/// weight and the bias gradient each unless it is frozen.
 #[allow(clippy::too_many_arguments)]
 fn linear_backward<T: Float>(
     m: &Gpt<T>,
@@ -72,14 +72,21 @@ fn linear_backward<T: Float>(
     d_in: usize,
     d_out: usize,
 ) {
-    if m.frozen[w] && m.frozen[b] {
+    if m.frozen[w] {
         if let Some(dx) = dx {
             linear::backward_input(dx, dy, m.value(w), rows, d_in, d_out);
+        }
+        if !m.frozen[b] {
+            // the bias alone: the column sums of dy
+            for row in dy.chunks_exact(d_out) {
+                g[b].iter_mut().zip(row).for_each(|(a, &v)| *a += v);
+            }
         }
         return;
     }
     let (gw, gb) = two(g, w, b);
-    linear::backward(dx, gw, Some(gb), dy, x, m.value(w), rows, d_in, d_out);
+    let gb = (!m.frozen[b]).then_some(gb);
+    linear::backward(dx, gw, gb, dy, x, m.value(w), rows, d_in, d_out);
 }
 
 /// `dx += ` the input gradient of an optional LayerNorm (its parameters' indices
@@ -494,6 +501,7 @@ impl<T: Float> Work<T> {
                     match c.act_fn {
                         ActFn::GeluNew => gelu::forward(post, pre),
                         ActFn::Relu => relu::forward(post, pre),
+                        ActFn::Gelu => gelu::exact_forward(post, pre),
                     }
                     visit(vis, || format!("blocks.{l}.mlp.hook_post"), Kind::Mlp, post)?;
                     let mo = &mut self.mlp_out[l][..nd];
@@ -627,6 +635,7 @@ impl<T: Float> Work<T> {
                 match c.act_fn {
                     ActFn::GeluNew => gelu::backward(dpre, dpost, pre),
                     ActFn::Relu => relu::backward(dpre, dpost, pre),
+                    ActFn::Gelu => gelu::exact_backward(dpre, dpost, pre),
                 }
                 let mid = &self.mid[l][..nd];
                 let h2 = if bi.ln2.is_some() {

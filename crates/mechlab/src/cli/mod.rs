@@ -116,10 +116,14 @@ enum Cmd {
         /// HookedTransformer (runs of the engine's transformer: transformer, lm-induction).
         #[arg(long)]
         transformer_lens: bool,
+        /// Write model.safetensors and config.json as karpathy/nanoGPT's GPT
+        /// state dict and GPTConfig (a model nanoGPT can hold: tied, exact GELU, ...).
+        #[arg(long)]
+        nanogpt: bool,
         /// Checkpoint step (default: the latest).
         #[arg(long)]
         step: Option<u64>,
-        /// Folder for --transformer-lens (default: <run>/export/transformer_lens).
+        /// Folder for --transformer-lens or --nanogpt (default: <run>/export/<format>).
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -352,18 +356,25 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             run,
             npy,
             transformer_lens,
+            nanogpt,
             step,
             out,
         } => {
-            let files = match (npy, transformer_lens) {
-                (true, false) => commands::export::export(&run, step)
+            use commands::export::Format;
+            let format = match (npy, transformer_lens, nanogpt) {
+                (true, false, false) => None,
+                (false, true, false) => Some((Format::TransformerLens, "transformer_lens")),
+                (false, false, true) => Some((Format::NanoGpt, "nanogpt")),
+                _ => bail!("choose one format: --npy, --transformer-lens or --nanogpt"),
+            };
+            let files = match format {
+                None => commands::export::export(&run, step)
                     .with_context(|| format!("exporting {}", run.display()))?,
-                (false, true) => {
-                    let out = out.unwrap_or_else(|| run.join("export").join("transformer_lens"));
-                    commands::export::transformer_lens(&run, step, &out)
+                Some((f, name)) => {
+                    let out = out.unwrap_or_else(|| run.join("export").join(name));
+                    commands::export::model(&run, step, &out, f)
                         .with_context(|| format!("exporting {}", run.display()))?
                 }
-                _ => bail!("choose one format: --npy or --transformer-lens"),
             };
             for f in &files {
                 println!("{}", f.display());

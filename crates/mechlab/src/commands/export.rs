@@ -103,14 +103,33 @@ pub fn export(dir: &Path, step: Option<u64>) -> Result<Vec<PathBuf>, RunError> {
     Ok(written)
 }
 
-/// Writes the transformer of the run in `dir` (checkpoint `step`, the latest
-/// when `None`) as a TransformerLens state dict and config into `out`
-/// ([`crate::interop`]); returns the two files. The head count and activation
-/// come from the run's `[model]` keys, every size from the checkpoint.
+/// Whose state dict [`model`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// TransformerLens's `HookedTransformer`.
+    TransformerLens,
+    /// karpathy/nanoGPT's `GPT`.
+    NanoGpt,
+}
+
+/// [`model`] as a TransformerLens state dict.
 pub fn transformer_lens(
     dir: &Path,
     step: Option<u64>,
     out: &Path,
+) -> Result<Vec<PathBuf>, RunError> {
+    model(dir, step, out, Format::TransformerLens)
+}
+
+/// Writes the transformer of the run in `dir` (checkpoint `step`, the latest
+/// when `None`) as a `format` state dict and config into `out`
+/// ([`crate::interop`]); returns the two files. The head count and activation
+/// come from the run's `[model]` keys, every size from the checkpoint.
+pub fn model(
+    dir: &Path,
+    step: Option<u64>,
+    out: &Path,
+    format: Format,
 ) -> Result<Vec<PathBuf>, RunError> {
     let cfg_path = dir.join("config.toml");
     if !cfg_path.exists() {
@@ -131,6 +150,7 @@ pub fn transformer_lens(
     let act_fn = match model.and_then(|m| m.get("act_fn")).and_then(|v| v.as_str()) {
         None | Some("gelu_new") => mechlab_engine::gpt::ActFn::GeluNew,
         Some("relu") => mechlab_engine::gpt::ActFn::Relu,
+        Some("gelu") => mechlab_engine::gpt::ActFn::Gelu,
         Some(o) => return Err(bad(format!("model.act_fn = {o:?}: cannot export"))),
     };
     let ck = crate::analysis::RunDir::new(dir)
@@ -138,8 +158,8 @@ pub fn transformer_lens(
         .map_err(|e| bad(e.to_string()))?;
     let meta = checkpoint::verify(&ck).map_err(|e| bad(e.to_string()))?;
     match meta.dtype.as_str() {
-        "f32" => tl_of::<f32>(&ck, n_heads as usize, act_fn, out).map_err(bad)?,
-        "f64" => tl_of::<f64>(&ck, n_heads as usize, act_fn, out).map_err(bad)?,
+        "f32" => write_as::<f32>(&ck, n_heads as usize, act_fn, out, format).map_err(bad)?,
+        "f64" => write_as::<f64>(&ck, n_heads as usize, act_fn, out, format).map_err(bad)?,
         d => {
             return Err(bad(format!(
                 "a {d} checkpoint does not export (f32 and f64 do)"
@@ -152,15 +172,19 @@ pub fn transformer_lens(
     ])
 }
 
-fn tl_of<T: mechlab_engine::Float>(
+fn write_as<T: mechlab_engine::Float>(
     ck: &Path,
     n_heads: usize,
     act_fn: mechlab_engine::gpt::ActFn,
     out: &Path,
+    format: Format,
 ) -> Result<(), String> {
     let l = checkpoint::load::<T>(ck).map_err(|e| e.to_string())?;
     let m = crate::interop::gpt_from_tensors(&l.tensors, n_heads, act_fn)?;
-    let (t, j) = crate::interop::to_transformer_lens(&m)?;
+    let (t, j) = match format {
+        Format::TransformerLens => crate::interop::to_transformer_lens(&m)?,
+        Format::NanoGpt => crate::interop::to_nanogpt(&m)?,
+    };
     crate::interop::write(out, &t, &j)
 }
 

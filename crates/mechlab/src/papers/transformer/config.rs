@@ -153,7 +153,7 @@ pub struct ModelConfig {
     pub d_head: usize,
     pub d_mlp: usize,
     pub attn_only: bool,
-    /// `"gelu_new"` or `"relu"`.
+    /// `"gelu_new"` (GPT-2's tanh GELU), `"gelu"` (exact) or `"relu"`.
     pub act_fn: ActFn,
     /// `"LN"` or `"none"`.
     pub normalization: Normalization,
@@ -164,9 +164,12 @@ pub struct ModelConfig {
     /// Vocabulary; 0: the task's, or one past the largest id in the data.
     pub d_vocab: usize,
     pub tied_embeddings: bool,
+    /// Train the unembedding's bias `unembed.b_U` (false: it stays zero, as in
+    /// nanoGPT, whose `lm_head` has none).
+    pub unembed_bias: bool,
     pub init_range: f64,
     pub dtype: Dtype,
-    /// Start from the weights of a TransformerLens export folder
+    /// Start from the weights of a TransformerLens or nanoGPT export folder
     /// (`model.safetensors` and `config.json`, [`crate::interop`]) instead of a
     /// fresh initialisation; the keys above must describe the same model.
     pub init_from: String,
@@ -187,6 +190,7 @@ impl Default for ModelConfig {
             n_ctx: 0,
             d_vocab: 0,
             tied_embeddings: false,
+            unembed_bias: true,
             init_range: 0.02,
             dtype: Dtype::F32,
             init_from: String::new(),

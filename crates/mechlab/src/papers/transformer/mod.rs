@@ -275,12 +275,22 @@ fn run_typed<T: Float>(
             data.t
         )));
     }
-    let model = if cfg.model.init_from.is_empty() {
+    let mut model = if cfg.model.init_from.is_empty() {
         Gpt::<T>::new(&gcfg, &mut stream(cfg.seed, Stream::Init))
             .map_err(|e| bad(format!("model.{e}")))?
     } else {
         imported::<T>(cfg, &gcfg).map_err(bad)?
     };
+    if !cfg.model.unembed_bias {
+        // no gradient, so every optimiser leaves it at its zero
+        model.set_frozen("unembed.b_U", true).map_err(bad)?;
+        model
+            .param_mut("unembed.b_U")
+            .expect("every Gpt has b_U")
+            .value_mut()
+            .iter_mut()
+            .for_each(|x| *x = T::zero());
+    }
     let mut probe = probe_for(cfg, &data, &model)?;
     let mut learner = Learner::new(model, data, cfg.data.batch, cfg.data.shuffle_targets);
     let bayes = learner.data.bayes;
@@ -317,7 +327,7 @@ fn imported<T: Float>(
     let from = &cfg.model.init_from;
     let (json, tensors) = crate::interop::read::<T>(std::path::Path::new(from))
         .map_err(|e| format!("model.init_from: {e}"))?;
-    let m = crate::interop::from_transformer_lens::<T>(&json, &tensors)
+    let m = crate::interop::from_export::<T>(&json, &tensors)
         .map_err(|e| format!("model.init_from = {from:?}: {e}"))?;
     let g = &m.cfg;
     let checks: [(&str, String, String); 9] = [
@@ -350,8 +360,11 @@ fn imported<T: Float>(
             ));
         }
     }
-    if want.tied_embeddings {
-        return Err("model.tied_embeddings = true: a TransformerLens export is untied".into());
+    if want.tied_embeddings != g.tied_embeddings {
+        return Err(format!(
+            "model.init_from = {from:?} holds a model with tied_embeddings = {}, the config says {}: set model.tied_embeddings to match",
+            g.tied_embeddings, want.tied_embeddings
+        ));
     }
     Ok(m)
 }
