@@ -25,6 +25,7 @@ __all__ = [
     "Model",
     "load_model",
     "intervene",
+    "measure",
     "Tokenizer",
     "load_pretrained",
 ]
@@ -101,6 +102,7 @@ def load_model(dir: _PathLike, step: Optional[int] = None) -> Model: ...
 def intervene(
     dir: _PathLike, step: Optional[int] = None, ablate: Optional[List[str]] = None, patch: bool = False
 ) -> str: ...
+def measure(dir: _PathLike, step: Optional[int] = None) -> str: ...
 
 @final
 class Tokenizer:

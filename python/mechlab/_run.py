@@ -104,6 +104,14 @@ class Run:
 
         return Model(_native.load_model(self.dir, step), self.dir)
 
+    def measure(self, step: Optional[int] = None) -> Dict[str, float]:
+        """What the run's experiment measures at a probe step, on checkpoint
+        ``step`` (the latest by default): for a ``transformer`` run the same keys
+        as ``metrics("probe")`` (loss, detectors, composition, lens), as
+        ``mechlab measure`` prints them."""
+        d = json.loads(_native.measure(self.dir, step))
+        return {k: float(v) for k, v in d["values"].items()}
+
     def export_transformer_lens(self, out: Optional[PathLike] = None, step: Optional[int] = None) -> Path:
         """Writes the run's transformer (checkpoint ``step``, the latest by
         default) as TransformerLens's ``HookedTransformer`` state dict and config

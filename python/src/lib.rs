@@ -39,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::Model>()?;
     m.add_function(wrap_pyfunction!(model::load_model, m)?)?;
     m.add_function(wrap_pyfunction!(model::intervene, m)?)?;
+    m.add_function(wrap_pyfunction!(model::measure, m)?)?;
     m.add_class::<pretrained::Tokenizer>()?;
     m.add_function(wrap_pyfunction!(pretrained::load_pretrained, m)?)?;
     Ok(())

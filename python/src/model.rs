@@ -218,7 +218,24 @@ pub fn intervene(
     };
     let out =
         py.detach(|| mechlab::commands::intervene::run(&crate::values::registry(), &dir, &req));
-    out.map(|v| v.to_string()).map_err(|e| match &e {
+    out.map(|v| v.to_string())
+        .map_err(|e| intervene_error(py, e))
+}
+
+/// What the run's experiment measures at a probe step, on checkpoint `step`
+/// (the latest when `None`), as JSON text (`mechlab measure`).
+#[pyfunction]
+#[pyo3(signature = (dir, step=None))]
+pub fn measure(py: Python<'_>, dir: PathBuf, step: Option<u64>) -> PyResult<String> {
+    let dir = run_folder(py, &dir)?;
+    let out =
+        py.detach(|| mechlab::commands::intervene::measure(&crate::values::registry(), &dir, step));
+    out.map(|v| v.to_string())
+        .map_err(|e| intervene_error(py, e))
+}
+
+fn intervene_error(py: Python<'_>, e: InterveneError) -> PyErr {
+    match &e {
         InterveneError::Config(c) => errors::config(py, c),
         // A flag the paper's suite does not take, a request it cannot serve.
         InterveneError::Invalid(_) => errors::raise(py, Kind::Config, e.to_string()),
@@ -227,7 +244,7 @@ pub fn intervene(
             errors::raise(py, Kind::Checkpoint, e.to_string())
         }
         _ => errors::raise(py, Kind::Mechlab, e.to_string()),
-    })
+    }
 }
 
 /// Loads the model of run `dir` at checkpoint `step` (the latest when `None`);

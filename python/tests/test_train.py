@@ -149,3 +149,12 @@ def test_a_nanogpt_shaped_run_exports_to_nanogpt_and_back():
     c = mechlab.train({"train.steps": 5}, tokens=x, out="runs/n3", quiet=True)
     with pytest.raises(mechlab.MechlabError, match=r"nanoGPT's model has LayerNorm|MLPs of 4"):
         c.export_nanogpt()
+
+
+def test_measure_recomputes_a_logged_probe():
+    x, m = _lookup(500, np.random.default_rng(5))
+    r = mechlab.train({"train.steps": 16, "run.probe_every": 8}, tokens=x, loss_mask=m, out="runs/m1", quiet=True)
+    got = r.measure(step=16)
+    row = r.metrics("probe").set_index("step").loc[16]
+    assert got["loss"] == row["loss"] and got["dla.l1.h0"] == row["dla.l1.h0"]
+    assert set(got) == {c for c in row.index if not np.isnan(row[c])}

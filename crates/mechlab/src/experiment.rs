@@ -155,6 +155,22 @@ pub trait Paper: Sync + Send + 'static {
             Paper::name(self)
         )))
     }
+    /// What the paper measures at every probe step, on checkpoint `step` (the
+    /// latest when `None`) of a finished or interrupted run: the record its
+    /// probe would log, as `{key: value}`.
+    fn measure(
+        &self,
+        cfg: &Self::Config,
+        run: &RunDir,
+        step: Option<u64>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, InterveneError> {
+        let _ = (cfg, step);
+        Err(InterveneError::Invalid(format!(
+            "{}: experiment = `{}` cannot measure a checkpoint afterwards (its Paper impl has no `measure`)",
+            run.file,
+            Paper::name(self)
+        )))
+    }
     /// The paper's causal questions on the run's own evaluation data, each with
     /// a control.
     fn intervene(
@@ -192,6 +208,13 @@ pub trait Experiment: Sync + Send {
         run: &RunDir,
         step: Option<u64>,
     ) -> Result<Model, LoadError>;
+    /// [`Paper::measure`] on the run's config table.
+    fn measure(
+        &self,
+        table: &toml::Table,
+        run: &RunDir,
+        step: Option<u64>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, InterveneError>;
     /// [`Paper::intervene`] on the run's config table.
     fn intervene(
         &self,
@@ -267,6 +290,15 @@ impl<P: Paper> Experiment for P {
     ) -> Result<Model, LoadError> {
         let cfg: P::Config = config::typed(table, &run.file)?;
         Paper::load(self, &cfg, run, step)
+    }
+    fn measure(
+        &self,
+        table: &toml::Table,
+        run: &RunDir,
+        step: Option<u64>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, InterveneError> {
+        let cfg: P::Config = config::typed(table, &run.file)?;
+        Paper::measure(self, &cfg, run, step)
     }
     fn intervene(
         &self,

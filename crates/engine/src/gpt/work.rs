@@ -330,6 +330,11 @@ impl<T: Float> Work<T> {
     pub fn token_losses(&self, s: usize) -> &[f64] {
         &self.tok_loss[s * self.t..(s + 1) * self.t]
     }
+    /// Layer `l`'s head outputs before `W_O` (`hook_z`), sequence `s`: `[T, H·d_head]`.
+    pub fn z(&self, l: usize, s: usize) -> &[T] {
+        let n = self.z[l].len() / self.per;
+        &self.z[l][s * n..(s + 1) * n]
+    }
     /// Residual stream into layer `l` (`l = n_layers`: after the last), sequence `s`: `[T, D]`.
     pub fn resid(&self, l: usize, s: usize) -> &[T] {
         let n = self.resid[l].len() / self.per;

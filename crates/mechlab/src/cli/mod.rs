@@ -143,6 +143,14 @@ enum Cmd {
         #[arg(long)]
         patch: bool,
     },
+    /// What the run's experiment measures at a probe step (the transformer's
+    /// detectors, composition scores, lens, ...) on any checkpoint, as JSON.
+    Measure {
+        run: PathBuf,
+        /// Checkpoint step (default: the latest).
+        #[arg(long)]
+        step: Option<u64>,
+    },
     /// A pretrained encoder's activations on texts, under TransformerLens hook
     /// names (no run needed): prints the pieces and shapes, --out writes them,
     /// --html shows every head's attention in the report's viewer.
@@ -286,6 +294,15 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             ablate,
             patch,
         } => handlers::intervene(reg, &run, step, ablate, patch),
+        Cmd::Measure { run, step } => {
+            let v = commands::intervene::measure(reg, &run, step)
+                .with_context(|| format!("measuring {}", run.display()))?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).expect("JSON serialises")
+            );
+            Ok(0)
+        }
         Cmd::Encode {
             model,
             text,

@@ -25,6 +25,35 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> InterveneError + '_ {
     }
 }
 
+/// `mechlab measure <run>`: what the run's paper measures at a probe step, on
+/// checkpoint `step` (the latest when `None`), through the registry
+/// ([`crate::experiment::Paper::measure`]); returns `{"experiment", "run",
+/// "step", "values": {key: value}}` and writes nothing.
+pub fn measure(
+    registry: &Registry,
+    run_dir: &Path,
+    step: Option<u64>,
+) -> Result<serde_json::Value, InterveneError> {
+    let run = RunDir::new(run_dir);
+    let table = config::read_file(&run_dir.join("config.toml"))?;
+    let exp = crate::inspect::experiment_of(registry, &table, &run)?;
+    let step = match step {
+        Some(s) => s,
+        None => {
+            crate::run::checkpoint::verify(&run.checkpoint(None)?)
+                .map_err(crate::analysis::LoadError::from)?
+                .step
+        }
+    };
+    let values = exp.measure(&table, &run, Some(step))?;
+    Ok(json!({
+        "experiment": exp.name(),
+        "run": run_dir.display().to_string(),
+        "step": step,
+        "values": values,
+    }))
+}
+
 /// Runs the request on `run_dir` with the paper of `registry` the run names,
 /// writes its files and returns the JSON written.
 pub fn run(

@@ -552,6 +552,16 @@ fn detectors_and_composition_find_a_hand_built_induction_circuit() {
         "Q {q:?} V {vv:?}"
     );
     assert!(e.copying[1][0] > 0.99, "{:?}", e.copying);
+    // direct logit attribution: layer 0 writes only the previous-token
+    // subspace, which W_U never reads; layer 1 adds 10 (W_U's weight) to the
+    // target's logit wherever it copies the right token (the repeat: 6 of the
+    // 12 positions) and about nothing elsewhere
+    assert_eq!(e.dla[0][0], 0.0);
+    assert!(
+        e.dla[1][0] > 0.45 * 10.0 && e.dla[1][0] < 0.6 * 10.0,
+        "{:?}",
+        e.dla
+    );
     // the repeat is predicted (targets from position 6 on; the unembedding
     // reads only layer 1's output); the first segment is random, and the copy
     // there confidently wrong
@@ -643,4 +653,42 @@ fn a_transformer_lens_export_imports_bit_for_bit() {
     ]);
     let e = run_cli(&c).unwrap_err().to_string();
     assert!(e.contains("n_heads = 4, the config says 2"), "{e}");
+}
+
+/// `mechlab measure` on a checkpoint gives the record the probe logged at that
+/// step, bit for bit; a paper without the hook says so.
+#[test]
+fn measure_recomputes_the_probe_record_of_any_checkpoint() {
+    let (_, dir) = support::run_kept(
+        "transformer",
+        "transformer",
+        &[
+            "train.steps=40",
+            "run.probe_every=8",
+            "run.checkpoint_every=8",
+        ],
+    );
+    let run = dir.path().join("run");
+    let reg = mechlab::papers::registry();
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["event"] == "probe")
+        .collect();
+    for step in [8u64, 40] {
+        let v = mechlab::commands::intervene::measure(&reg, &run, Some(step)).unwrap();
+        let logged = recs.iter().find(|r| r["step"] == step).unwrap();
+        let values = v["values"].as_object().unwrap();
+        assert!(values.len() > 40);
+        for (k, x) in values {
+            assert_eq!(
+                x.as_f64().unwrap().to_bits(),
+                logged[k].as_f64().unwrap().to_bits(),
+                "step {step}: {k}"
+            );
+        }
+    }
+    let latest = mechlab::commands::intervene::measure(&reg, &run, None).unwrap();
+    assert_eq!(latest["step"], 40);
 }

@@ -91,6 +91,44 @@ fn gpt_at<T: Float>(
     Ok((g, loaded))
 }
 
+/// The probe record of checkpoint `step` (every key `metrics.jsonl` logs at a
+/// probe step), on the run's own held-out windows.
+pub fn measure(
+    cfg: &TransformerConfig,
+    run: &RunDir,
+    step: Option<u64>,
+) -> Result<serde_json::Map<String, serde_json::Value>, InterveneError> {
+    super::config::check(cfg).map_err(InterveneError::Invalid)?;
+    if cfg.data.inputs == Inputs::Generator {
+        return Err(InterveneError::Invalid(format!(
+            "{}: data.inputs = \"generator\": the held-out windows come from a Python function; measure from Python on run.model()",
+            run.file
+        )));
+    }
+    let rec = if cfg.model.dtype.analysis_f32(run)? {
+        measure_typed::<f32>(cfg, run, step)?
+    } else {
+        measure_typed::<f64>(cfg, run, step)?
+    };
+    Ok(rec
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::json!(v)))
+        .collect())
+}
+
+fn measure_typed<T: Float>(
+    cfg: &TransformerConfig,
+    run: &RunDir,
+    step: Option<u64>,
+) -> Result<Vec<(String, f64)>, InterveneError> {
+    let (mut m, loaded) = gpt_at::<T>(cfg, run, step)?;
+    loaded.apply_params(&mut m).map_err(LoadError::from)?;
+    let data = Data::new(cfg, &run.dir, None).map_err(InterveneError::Invalid)?;
+    let mut probe =
+        probe_for(cfg, &data, &m).map_err(|e| InterveneError::Invalid(e.to_string()))?;
+    Ok(super::eval_record(&probe.evaluate(&m), data.bayes))
+}
+
 pub fn intervene(
     cfg: &TransformerConfig,
     run: &RunDir,

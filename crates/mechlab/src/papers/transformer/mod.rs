@@ -151,6 +151,14 @@ impl Paper for Transformer {
     ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
         analysis::load(cfg, run, step)
     }
+    fn measure(
+        &self,
+        cfg: &TransformerConfig,
+        run: &crate::analysis::RunDir,
+        step: Option<u64>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, crate::analysis::InterveneError> {
+        analysis::measure(cfg, run, step)
+    }
     fn intervene(
         &self,
         cfg: &TransformerConfig,
@@ -239,6 +247,7 @@ pub(crate) fn eval_record(e: &Eval, bayes: Option<f64>) -> Vec<(String, f64)> {
         for (h, v) in hs.iter().enumerate() {
             rec.push((format!("rep_induction.l{l}.h{h}"), *v));
             rec.push((format!("copying.l{l}.h{h}"), e.copying[l][h]));
+            rec.push((format!("dla.l{l}.h{h}"), e.dla[l][h]));
         }
     }
     for (mode, name) in ["q", "k", "v"].iter().enumerate() {

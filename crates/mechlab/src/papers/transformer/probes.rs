@@ -78,6 +78,10 @@ pub struct Eval {
     pub composition: [Vec<Vec<Vec<f64>>>; 3],
     /// Logit-lens loss after each layer's input and the final block, `[n_layers + 1]`.
     pub lens: Vec<f64>,
+    /// Direct logit attribution `[layer][head]`: the mean over the held-out
+    /// targets of what each head's output adds to the target's logit through
+    /// the final LayerNorm at its frozen scale and the unembedding.
+    pub dla: Vec<Vec<f64>>,
 }
 
 fn splits(rows: &[u32], mask: &[bool], w: usize) -> (Vec<u32>, Vec<u32>, Vec<bool>) {
@@ -181,6 +185,7 @@ impl<T: Float> Probe<T> {
         let mean = |r: &Range<usize>| per_pos[r.clone()].iter().sum::<f64>() / r.len() as f64;
         let icl = self.dense.then(|| mean(&self.late) - mean(&self.early));
         let lens = self.lens(model, n, t);
+        let dla = self.dla(model, n, t);
         Eval {
             loss: sum / count.max(1.0),
             accuracy: hits / count.max(1.0),
@@ -191,7 +196,79 @@ impl<T: Float> Probe<T> {
             copying: copying_scores(model),
             composition: composition_scores(model),
             lens,
+            dla,
         }
+    }
+
+    /// Direct logit attribution of every head on the held-out targets. With
+    /// LayerNorm, head `(l, h)` adds `rstd · (W_O^h z_h − mean) · (γ ⊙ W_U[y])`
+    /// to the target's logit, `= rstd · z_h · W_O^hᵀ (γ ⊙ W_U[y] − mean)`, with
+    /// the final LayerNorm's `rstd` of the whole residual stream held fixed (the
+    /// TransformerLens `apply_ln_to_stack` convention, `γ` included).
+    fn dla(&self, model: &Gpt<T>, n: usize, t: usize) -> Vec<Vec<f64>> {
+        let c = &model.cfg;
+        let (d, nh, dh, l_n) = (c.d_model, c.n_heads, c.d_head, c.n_layers);
+        let hd = nh * dh;
+        let val = |name: &str| -> Option<Vec<f64>> {
+            model
+                .param(name)
+                .map(|p| p.value().iter().map(|x| x.as_f64()).collect())
+        };
+        let wu = val("unembed.W_U")
+            .or_else(|| val("embed.W_E"))
+            .expect("every Gpt unembeds");
+        let gamma = val("ln_final.w");
+        let wo: Vec<Vec<f64>> = (0..l_n)
+            .map(|l| val(&format!("blocks.{l}.attn.W_O")).expect("W_O"))
+            .collect();
+        let mut out = vec![vec![0.0; nh]; l_n];
+        let (mut g, mut v) = (vec![0.0; d], vec![0.0; hd]);
+        let mut count = 0.0f64;
+        for s in 0..n {
+            let (w, i) = self.ws.seq(s);
+            let resid = w.resid(l_n, i);
+            for p in 0..t {
+                if !self.m[s * t + p] {
+                    continue;
+                }
+                count += 1.0;
+                let y = self.y[s * t + p] as usize;
+                let row = &wu[y * d..(y + 1) * d];
+                let scale = match &gamma {
+                    Some(gm) => {
+                        g.iter_mut()
+                            .zip(row.iter().zip(gm))
+                            .for_each(|(a, (&u, &k))| *a = u * k);
+                        let mean = g.iter().sum::<f64>() / d as f64;
+                        g.iter_mut().for_each(|a| *a -= mean);
+                        let r = &resid[p * d..(p + 1) * d];
+                        let mu = r.iter().map(|x| x.as_f64()).sum::<f64>() / d as f64;
+                        let var =
+                            r.iter().map(|x| (x.as_f64() - mu).powi(2)).sum::<f64>() / d as f64;
+                        1.0 / (var + mechlab_engine::gpt::LN_EPS).sqrt()
+                    }
+                    None => {
+                        g.copy_from_slice(row);
+                        1.0
+                    }
+                };
+                for (l, ol) in out.iter_mut().enumerate() {
+                    // v = W_Oᵀ g: [H·dh]
+                    matmul(&mut v, &g, Op::N, &wo[l], Op::N, 1, d, hd, false);
+                    let z = &w.z(l, i)[p * hd..(p + 1) * hd];
+                    for (h, o) in ol.iter_mut().enumerate() {
+                        let zh = &z[h * dh..(h + 1) * dh];
+                        *o += scale
+                            * zh.iter()
+                                .zip(&v[h * dh..(h + 1) * dh])
+                                .map(|(a, b)| a.as_f64() * b)
+                                .sum::<f64>();
+                    }
+                }
+            }
+        }
+        out.iter_mut().flatten().for_each(|x| *x /= count.max(1.0));
+        out
     }
 
     fn rep_induction(&mut self, model: &Gpt<T>) -> Vec<Vec<f64>> {

@@ -116,6 +116,7 @@ pub fn figures<T: Float>(
         ("custom", "Your detection pattern per head", "probe.pattern_file, scored as TransformerLens scores its own patterns."),
         ("rep_induction", "Induction score on repeated random tokens per head", "Olsson et al.'s score: attention from the repeat to the token after the earlier occurrence; uniform attention scores about 1/T."),
         ("copying", "OV copying score per head", "Σλ/Σ|λ| of each head's full OV circuit: 1 copies the attended token into the logits, −1 suppresses it."),
+        ("dla", "Direct logit attribution per head", "What each head's output adds to the target token's logit, through the final LayerNorm at its frozen scale and the unembedding, averaged over the held-out targets (nats of logit)."),
     ];
     for (key, title, cap) in detectors {
         if let Some(fig) = heads_by_steps(&recs, key, dims, title, cap) {
