@@ -19,6 +19,7 @@
 //! ```
 
 pub mod analysis;
+mod bayes;
 pub mod config;
 pub mod probes;
 mod report;
