@@ -5,15 +5,17 @@
 # batches; attention written out, and SDPA), 2 threads each, interleaved
 # A B A B; checks the first three losses agree and prints medians, the ratio and
 # mechlab's share of the measured matmul peak.
-# Usage: bench/gpt/run.sh [steps] [rounds] [d_mlp]
+# Usage: bench/gpt/run.sh [steps] [rounds] [d_mlp] [n_layers] [d_model] [mask]
+# (defaults 30 3 0 2 128 all; heads of 32; mask "last": the loss on each
+# sequence's last position only, the transformer experiment's classification style)
 set -euo pipefail
 source "$(dirname "$0")/../common.sh"
-steps="${1:-30}"; rounds="${2:-3}"; d_mlp="${3:-0}"
+steps="${1:-30}"; rounds="${2:-3}"; d_mlp="${3:-0}"; layers="${4:-2}"; dm="${5:-128}"; mask="${6:-all}"
 bin="$(build_example bench_gpt)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
-  "$bin" "$tmp" "$steps" "$d_mlp" > "$tmp/rust$r.txt"
+  "$bin" "$tmp" "$steps" "$d_mlp" "$layers" "$dm" "$mask" > "$tmp/rust$r.txt"
   "$py" bench/gpt/torch_gpt.py "$tmp" "$tmp/rust$r.txt" > "$tmp/torch$r.txt"
   grep threads "$tmp/rust$r.txt"; cat "$tmp/torch$r.txt"
 done

@@ -62,7 +62,10 @@ def run(sdpa, n_check, steps):
             t0 = time.perf_counter()
         x = tokens[i]
         logits = forward(x[:, :T], sdpa)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        if meta.get("mask") == "last":  # the loss on each sequence's last position only
+            loss = F.cross_entropy(logits[:, -1], x[:, T])
+        else:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=False)
         loss.backward()
         opt.step()

@@ -4,7 +4,9 @@
 //! first losses (which the PyTorch side must reproduce), the time per step, the
 //! FLOPs executed and their share of this machine's measured matmul peak.
 //!
-//! Usage: `bench_gpt DIR [steps] [d_mlp]` (d_mlp 0: attention-only).
+//! Usage: `bench_gpt DIR [steps] [d_mlp] [n_layers] [d_model] [mask]` (d_mlp
+//! 0: attention-only; heads of 32; `mask = last`: the loss on each sequence's
+//! last position only, a classification-style task through the loss mask).
 
 use mechlab::train::config::OptimizerKind;
 use mechlab::train::optim::{Hyper, Optimizer};
@@ -48,12 +50,15 @@ fn main() -> anyhow::Result<()> {
     let dir = Path::new(args.first().map(String::as_str).unwrap_or("/tmp/bench-gpt")).to_path_buf();
     let steps: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(30);
     let d_mlp: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(0);
+    let n_layers: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(2);
+    let d_model: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(128);
+    let last_only = args.get(5).map(String::as_str) == Some("last");
     std::fs::create_dir_all(&dir)?;
     let t = 256;
     let cfg = GptConfig {
-        n_layers: 2,
-        d_model: 128,
-        n_heads: 4,
+        n_layers,
+        d_model,
+        n_heads: d_model / 32,
         d_head: 32,
         d_mlp,
         attn_only: d_mlp == 0,
@@ -86,7 +91,8 @@ fn main() -> anyhow::Result<()> {
     std::fs::write(
         dir.join("config.json"),
         serde_json::to_string_pretty(
-            &serde_json::json!({"cfg": cfg, "batch": B, "seq_len": t, "params": names, "check": check, "steps": steps}),
+            &serde_json::json!({"cfg": cfg, "batch": B, "seq_len": t, "params": names, "check": check, "steps": steps,
+                "mask": if last_only { "last" } else { "all" }}),
         )?,
     )?;
     let hyper = Hyper {
@@ -98,10 +104,16 @@ fn main() -> anyhow::Result<()> {
     let mut opt = Optimizer::new(OptimizerKind::Adamw, hyper, &m);
     let mut ws = Workspace::new(&m, B, t);
     let per = B * (t + 1);
+    let mask: Vec<bool> = (0..B * t).map(|i| i % t == t - 1).collect();
     let mut losses = Vec::new();
     let mut run = |m: &mut Gpt<f32>, i: usize| {
         m.zero_grad();
-        let l = m.train_step(&mut ws, &tokens[i * per..(i + 1) * per]);
+        let batch = &tokens[i * per..(i + 1) * per];
+        let l = if last_only {
+            m.train_step_masked(&mut ws, batch, Some(&mask))
+        } else {
+            m.train_step(&mut ws, batch)
+        };
         opt.step(m, 1e-3, &[]);
         l
     };
