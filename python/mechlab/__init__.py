@@ -12,6 +12,7 @@ native module ``mechlab._native``); see docs/python.md.
 """
 
 from ._api import config, load, load_pretrained, presets, reproduce, resume, run, sweep
+from ._detect import detect_head
 from ._errors import (
     CheckpointError,
     ConfigError,
@@ -41,6 +42,7 @@ __all__ = [
     "VerdictError",
     "__version__",
     "config",
+    "detect_head",
     "load",
     "load_pretrained",
     "presets",

@@ -158,3 +158,22 @@ def test_measure_recomputes_a_logged_probe():
     row = r.metrics("probe").set_index("step").loc[16]
     assert got["loss"] == row["loss"] and got["dla.l1.h0"] == row["dla.l1.h0"]
     assert set(got) == {c for c in row.index if not np.isnan(row[c])}
+
+
+def test_detect_head_is_the_logged_detector_and_takes_a_function():
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 12, size=(600, 17))
+    held = rng.integers(0, 12, size=(8, 17))
+    r = mechlab.train({"train.steps": 20, "run.probe_every": 10}, tokens=x, heldout=held, out="runs/d1", quiet=True)
+    row = r.metrics("probe").iloc[-1]
+    model = r.model()
+    inputs = held[:, :16]  # what the probe reads
+    for name in ["previous_token", "duplicate_token", "induction"]:
+        got = mechlab.detect_head(model, inputs, name)
+        want = np.array([[row[f"{name}.l{l}.h{h}"] for h in range(4)] for l in range(2)])
+        assert np.allclose(got, want, rtol=1e-9, atol=1e-12), name
+    prev = mechlab.detect_head(model, inputs, "previous_token")
+    assert np.allclose(mechlab.detect_head(model, inputs, np.eye(16, k=-1)), prev)
+    assert np.allclose(mechlab.detect_head(model, inputs, lambda t: np.eye(len(t), k=-1)), prev)
+    with pytest.raises(ValueError, match=r"\[T, T\] = \[16, 16\]"):
+        mechlab.detect_head(model, inputs, np.eye(5))
