@@ -281,35 +281,13 @@ impl<T: Float> Gpt<T> {
         tokens: &[u32],
         mask: Option<&[bool]>,
     ) -> f64 {
-        let (b, t) = (ws.batch, ws.t);
-        assert_eq!(tokens.len(), b * (t + 1), "gpt: tokens are not [B, T + 1]");
-        let count = match mask {
-            Some(m) => {
-                assert_eq!(m.len(), b * t, "gpt: mask is not [B, T]");
-                m.iter().filter(|&&x| x).count()
-            }
-            None => b * t,
-        };
-        if count == 0 {
-            return 0.0;
-        }
-        let scale = 1.0 / count as f64;
-        let model = &*self;
-        for_each_chunk(b, &mut ws.chunks, |_, items, w| {
-            w.load(tokens, items.clone(), t + 1, true);
-            if let Some(m) = mask {
-                w.mask_labels(m, items);
-            }
-            w.forward(model, &mut None)
-                .expect("a forward without a visitor cannot fail");
-            w.loss_and_dlogits(scale);
-            w.backward(model);
-        });
-        let chunks = &ws.chunks;
-        for (i, p) in self.params.iter_mut().enumerate() {
-            reduce_ordered(p.grad_mut(), chunks, |w| &w.grads[i]);
-        }
-        chunks.iter().map(|w| w.loss_sum).sum::<f64>() * scale
+        let t = ws.t;
+        assert_eq!(
+            tokens.len(),
+            ws.batch * (t + 1),
+            "gpt: tokens are not [B, T + 1]"
+        );
+        self.step_with(ws, mask, |w, items| w.load(tokens, items, t + 1, true))
     }
 
     /// [`Gpt::train_step_masked`] with the targets given apart from the inputs
@@ -323,9 +301,24 @@ impl<T: Float> Gpt<T> {
         targets: &[u32],
         mask: Option<&[bool]>,
     ) -> f64 {
+        let n = ws.batch * ws.t;
+        assert_eq!(inputs.len(), n, "gpt: inputs are not [B, T]");
+        assert_eq!(targets.len(), n, "gpt: targets are not [B, T]");
+        self.step_with(ws, mask, |w, items| {
+            w.load_pair(inputs, Some(targets), items);
+            w.zero_grads();
+        })
+    }
+
+    /// One update's forward and backward, each chunk's sequences put in place
+    /// by `load`, the loss the mean over the positions `mask` selects.
+    fn step_with(
+        &mut self,
+        ws: &mut Workspace<T>,
+        mask: Option<&[bool]>,
+        load: impl Fn(&mut Work<T>, std::ops::Range<usize>) + Sync,
+    ) -> f64 {
         let (b, t) = (ws.batch, ws.t);
-        assert_eq!(inputs.len(), b * t, "gpt: inputs are not [B, T]");
-        assert_eq!(targets.len(), b * t, "gpt: targets are not [B, T]");
         let count = match mask {
             Some(m) => {
                 assert_eq!(m.len(), b * t, "gpt: mask is not [B, T]");
@@ -339,8 +332,7 @@ impl<T: Float> Gpt<T> {
         let scale = 1.0 / count as f64;
         let model = &*self;
         for_each_chunk(b, &mut ws.chunks, |_, items, w| {
-            w.load_pair(inputs, Some(targets), items.clone());
-            w.zero_grads();
+            load(w, items.clone());
             if let Some(m) = mask {
                 w.mask_labels(m, items);
             }

@@ -54,6 +54,36 @@ use std::path::Path;
 /// One tensor: name, shape, row-major values.
 pub type Named<T> = (String, Vec<usize>, Vec<T>);
 
+/// A state dict by name, its tensors read with the shape the config implies.
+pub(crate) struct Dict<'a, T>(BTreeMap<&'a str, (&'a Vec<usize>, &'a Vec<T>)>);
+
+impl<'a, T> Dict<'a, T> {
+    pub(crate) fn new(tensors: &'a [Named<T>]) -> Self {
+        Dict(
+            tensors
+                .iter()
+                .map(|(n, s, x)| (n.as_str(), (s, x)))
+                .collect(),
+        )
+    }
+
+    /// Tensor `name`, which must have `shape`; the error names both.
+    pub(crate) fn get(&self, name: &str, shape: &[usize]) -> Result<&'a Vec<T>, String> {
+        match self.0.get(name) {
+            None => Err(format!("the state dict has no {name}")),
+            Some((s, _)) if s.as_slice() != shape => Err(format!(
+                "{name} has shape {s:?}, expected {shape:?} from config.json"
+            )),
+            Some((_, x)) => Ok(x),
+        }
+    }
+
+    /// Tensor `name`, if the state dict has it.
+    pub(crate) fn find(&self, name: &str) -> Option<&'a Vec<T>> {
+        self.0.get(name).map(|(_, x)| *x)
+    }
+}
+
 /// The state-dict file and the config file of an export folder.
 pub const STATE: &str = "model.safetensors";
 pub const CONFIG: &str = "config.json";

@@ -1,13 +1,12 @@
 //! karpathy/nanoGPT's `GPT` (`model.py`): `transformer.wte`, `transformer.h.{l}`
 //! with `attn.c_attn` (Q, K and V stacked, `[3·d, d]`), `lm_head` tied to `wte`.
 
-use super::{value, Named};
+use super::{value, Dict, Named};
 
 use mechlab_engine::gpt::{ActFn, Gpt, GptConfig, Normalization, PositionalEmbedding};
 use mechlab_engine::Float;
 use rand::SeedableRng;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 
 /// Whether an export folder's `config.json` is nanoGPT's (`GPTConfig` keys).
 pub fn is_nanogpt(cfg: &Value) -> bool {
@@ -157,19 +156,8 @@ pub fn from_nanogpt<T: Float>(cfg: &Value, tensors: &[Named<T>]) -> Result<Gpt<T
     let g = nanogpt_config(cfg)?;
     let bias = cfg.get("bias").and_then(Value::as_bool).unwrap_or(true);
     let d = g.d_model;
-    let by: BTreeMap<&str, (&Vec<usize>, &Vec<T>)> = tensors
-        .iter()
-        .map(|(n, s, x)| (n.as_str(), (s, x)))
-        .collect();
-    let get = |name: &str, shape: &[usize]| -> Result<&Vec<T>, String> {
-        match by.get(name) {
-            None => Err(format!("the state dict has no {name}")),
-            Some((s, _)) if s.as_slice() != shape => Err(format!(
-                "{name} has shape {s:?}, expected {shape:?} from config.json"
-            )),
-            Some((_, x)) => Ok(x),
-        }
-    };
+    let dict = Dict::new(tensors);
+    let get = |name: &str, shape: &[usize]| dict.get(name, shape);
     let mut m = Gpt::<T>::new(&g, &mut rand_chacha::ChaCha8Rng::seed_from_u64(0))?;
     for p in m.params.iter_mut() {
         p.value_mut().iter_mut().for_each(|x| *x = T::zero());
@@ -181,7 +169,7 @@ pub fn from_nanogpt<T: Float>(cfg: &Value, tensors: &[Named<T>]) -> Result<Gpt<T
             .copy_from_slice(x)
     };
     let wte = get("transformer.wte.weight", &[g.d_vocab, d])?;
-    if let Some((_, head)) = by.get("lm_head.weight") {
+    if let Some(head) = dict.find("lm_head.weight") {
         if head.as_slice() != wte.as_slice() {
             return Err("lm_head.weight differs from transformer.wte.weight: mechlab imports nanoGPT's tied unembedding".into());
         }

@@ -1,12 +1,11 @@
 //! TransformerLens's `HookedTransformer` layouts (the table in [`super`]).
 
-use super::{value, Named};
+use super::{value, Dict, Named};
 
 use mechlab_engine::gpt::{ActFn, Gpt, GptConfig, Normalization, PositionalEmbedding};
 use mechlab_engine::Float;
 use rand::SeedableRng;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 
 /// `[H·dh, d]` rows per head → `[H, d, dh]`.
 fn heads_in<T: Float>(w: &[T], h: usize, dh: usize, d: usize) -> Vec<T> {
@@ -259,19 +258,8 @@ pub fn from_transformer_lens<T: Float>(
 ) -> Result<Gpt<T>, String> {
     let g = gpt_config(cfg)?;
     let (d, h, dh, v, mlp) = (g.d_model, g.n_heads, g.d_head, g.d_vocab, g.d_mlp);
-    let by: BTreeMap<&str, (&Vec<usize>, &Vec<T>)> = tensors
-        .iter()
-        .map(|(n, s, x)| (n.as_str(), (s, x)))
-        .collect();
-    let get = |name: &str, shape: &[usize]| -> Result<&Vec<T>, String> {
-        match by.get(name) {
-            None => Err(format!("the state dict has no {name}")),
-            Some((s, _)) if s.as_slice() != shape => Err(format!(
-                "{name} has shape {s:?}, expected {shape:?} from config.json"
-            )),
-            Some((_, x)) => Ok(x),
-        }
-    };
+    let dict = Dict::new(tensors);
+    let get = |name: &str, shape: &[usize]| dict.get(name, shape);
     let mut m = Gpt::<T>::new(&g, &mut rand_chacha::ChaCha8Rng::seed_from_u64(0))?;
     let set = |m: &mut Gpt<T>, ours: &str, x: Vec<T>| {
         m.param_mut(ours)
