@@ -91,6 +91,22 @@ fn gpt_at<T: Float>(
     Ok((g, loaded))
 }
 
+/// A generator run's held-out windows come from a Python function the run
+/// folder cannot call: `what` is refused, pointing to `run.model()`.
+fn needs_config_data(
+    cfg: &TransformerConfig,
+    run: &RunDir,
+    what: &str,
+) -> Result<(), InterveneError> {
+    if cfg.data.inputs == Inputs::Generator {
+        return Err(InterveneError::Invalid(format!(
+            "{}: data.inputs = \"generator\": the held-out windows come from a Python function; {what} from Python on run.model()",
+            run.file
+        )));
+    }
+    Ok(())
+}
+
 /// The probe record of checkpoint `step` (every key `metrics.jsonl` logs at a
 /// probe step), on the run's own held-out windows.
 pub fn measure(
@@ -99,12 +115,7 @@ pub fn measure(
     step: Option<u64>,
 ) -> Result<serde_json::Map<String, serde_json::Value>, InterveneError> {
     super::config::check(cfg).map_err(InterveneError::Invalid)?;
-    if cfg.data.inputs == Inputs::Generator {
-        return Err(InterveneError::Invalid(format!(
-            "{}: data.inputs = \"generator\": the held-out windows come from a Python function; measure from Python on run.model()",
-            run.file
-        )));
-    }
+    needs_config_data(cfg, run, "measure")?;
     let rec = if cfg.model.dtype.analysis_f32(run)? {
         measure_typed::<f32>(cfg, run, step)?
     } else {
@@ -139,12 +150,7 @@ pub fn intervene(
         "each detector's strongest head zero-ablated, against its weakest",
     )?;
     super::config::check(cfg).map_err(InterveneError::Invalid)?;
-    if cfg.data.inputs == Inputs::Generator {
-        return Err(InterveneError::Invalid(format!(
-            "{}: data.inputs = \"generator\": the held-out windows come from a Python function; intervene from Python on run.model()",
-            run.file
-        )));
-    }
+    needs_config_data(cfg, run, "intervene")?;
     if cfg.model.dtype.analysis_f32(run)? {
         intervene_typed::<f32>(cfg, run, req)
     } else {

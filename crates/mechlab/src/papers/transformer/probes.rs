@@ -209,14 +209,8 @@ impl<T: Float> Probe<T> {
         let c = &model.cfg;
         let (d, nh, dh, l_n) = (c.d_model, c.n_heads, c.d_head, c.n_layers);
         let hd = nh * dh;
-        let val = |name: &str| -> Option<Vec<f64>> {
-            model
-                .param(name)
-                .map(|p| p.value().iter().map(|x| x.as_f64()).collect())
-        };
-        let wu = val("unembed.W_U")
-            .or_else(|| val("embed.W_E"))
-            .expect("every Gpt unembeds");
+        let val = |name: &str| values(model, name);
+        let wu = unembedding(model);
         let gamma = val("ln_final.w");
         let wo: Vec<Vec<f64>> = (0..l_n)
             .map(|l| val(&format!("blocks.{l}.attn.W_O")).expect("W_O"))
@@ -305,14 +299,8 @@ impl<T: Float> Probe<T> {
     fn lens(&self, model: &Gpt<T>, n: usize, t: usize) -> Vec<f64> {
         let c = &model.cfg;
         let (d, v) = (c.d_model, c.d_vocab);
-        let val = |name: &str| -> Option<Vec<f64>> {
-            model
-                .param(name)
-                .map(|p| p.value().iter().map(|x| x.as_f64()).collect())
-        };
-        let wu = val("unembed.W_U")
-            .or_else(|| val("embed.W_E"))
-            .expect("every Gpt unembeds");
+        let val = |name: &str| values(model, name);
+        let wu = unembedding(model);
         let bu = val("unembed.b_U").expect("every Gpt has b_U");
         let ln = val("ln_final.w").zip(val("ln_final.b"));
         let rows = n * t;
@@ -352,6 +340,20 @@ impl<T: Float> Probe<T> {
             })
             .collect()
     }
+}
+
+/// A parameter's values in f64, if the model has it.
+fn values<T: Float>(model: &Gpt<T>, name: &str) -> Option<Vec<f64>> {
+    model
+        .param(name)
+        .map(|p| p.value().iter().map(|x| x.as_f64()).collect())
+}
+
+/// The unembedding `[d_vocab, d_model]` (the embedding when tied).
+fn unembedding<T: Float>(model: &Gpt<T>) -> Vec<f64> {
+    values(model, "unembed.W_U")
+        .or_else(|| values(model, "embed.W_E"))
+        .expect("every Gpt unembeds")
 }
 
 /// TransformerLens's built-in detection pattern `which` ([`DETECTORS`]) of
