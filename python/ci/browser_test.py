@@ -145,10 +145,43 @@ def check_viewer(driver: Any, fig: Any, report_dir: Path, index: int) -> str:
         moved = np.array([float(k.get_attribute("data-w")) for k in keys])
         want2 = acts[head["hook"]][src["batch"], head["head"], other, :nk]
         assert np.max(np.abs(moved - want2)) <= 1e-12, f"{name}: released query did not follow"
+    slid = check_slider(driver, fig, data, h, q, keys, qspans)
     return (
         f"viewer {index} ({name}): {head['name']} query {q} {queries[q]!r}: "
-        f"{nk} weights match {src['file']} (max |diff| {err:.1e}); hold and release work"
+        f"{nk} weights match {src['file']} (max |diff| {err:.1e}); hold and release work{slid}"
     )
+
+
+def check_slider(driver: Any, fig: Any, data: dict[str, Any], h: int, q: int, keys: Any, qspans: Any) -> str:
+    """A viewer over checkpoints: each slider position shows that checkpoint's
+    weights (from the figure's data, checked against the checkpoints by the Rust
+    tests), and the last position the viewer's own."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    history = data.get("history") or []
+    if not history:
+        return ""
+    name = fig.get_attribute("id")
+    slider = fig.find_element(By.CSS_SELECTOR, "input.attn-slider")
+    assert slider.get_attribute("value") == str(len(history)), f"{name}: opens before the last checkpoint"
+    nk = len(data["tokens"])
+    nq = len(data["query_tokens"] or data["tokens"])
+    pats = [c["pattern"] for c in history] + [data["pattern"]]
+    steps = [c["step"] for c in history] + [data["step"]]
+    for at in (0, len(history) // 2, len(history)):
+        driver.execute_script(
+            "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))",
+            slider,
+            str(at),
+        )
+        ActionChains(driver).move_to_element(qspans[q]).perform()
+        shown = np.array([float(k.get_attribute("data-w")) for k in keys])
+        want = np.array(pats[at][(h * nq + q) * nk : (h * nq + q + 1) * nk])
+        assert np.array_equal(shown, want), f"{name}: step {steps[at]}: page {shown} vs data {want}"
+        assert fig.get_attribute("data-step") == str(steps[at]), name
+        assert f"step {steps[at]}" in fig.find_element(By.CSS_SELECTOR, ".attn-info").text, name
+    return f"; the slider shows {len(steps)} checkpoints (steps {steps[0]} to {steps[-1]})"
 
 
 def main() -> int:

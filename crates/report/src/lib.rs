@@ -32,7 +32,9 @@ pub use doc::{Block, Measurement, Report, Section, Verdict};
 pub use html::render_html;
 pub use markdown::{render_markdown, render_markdown_with};
 pub use render::{render_png, render_svg};
-pub use spec::{AttentionHead, AttentionSource, Figure, Plot, Point, RefLine, Series};
+pub use spec::{
+    AttentionCheckpoint, AttentionHead, AttentionSource, Figure, Plot, Point, RefLine, Series,
+};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -94,7 +94,24 @@ pub enum Plot {
         /// The head shown first (and in pictures), an index into `heads`.
         #[serde(default, skip_serializing_if = "is_zero")]
         first_head: usize,
+        /// The same heads on the same sequence at earlier checkpoints, oldest
+        /// first, each `pattern`'s shape; the viewer's slider steps through
+        /// them to `pattern`, which is the checkpoint at `step`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        history: Vec<AttentionCheckpoint>,
+        /// The training step of `pattern`, when the viewer has a history.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
     },
+}
+
+/// One earlier checkpoint of an attention viewer: `[head, query, key]` like
+/// the viewer's own pattern.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttentionCheckpoint {
+    pub step: u64,
+    #[serde(deserialize_with = "floats")]
+    pub pattern: Vec<f64>,
 }
 
 /// An attention viewer's queries: `query_tokens` when it names them, else the
@@ -313,8 +330,21 @@ impl Figure {
                 pattern,
                 source: None,
                 first_head: 0,
+                history: Vec::new(),
+                step: None,
             },
         }
+    }
+
+    /// Gives an attention viewer a checkpoint slider: `earlier` are the same
+    /// heads on the same sequence at earlier steps (oldest first), and `step`
+    /// is the step of the viewer's own pattern, the slider's last position.
+    pub fn with_history(mut self, earlier: Vec<AttentionCheckpoint>, at: u64) -> Self {
+        if let Plot::Attention { history, step, .. } = &mut self.plot {
+            *history = earlier;
+            *step = Some(at);
+        }
+        self
     }
 
     /// Names the queries of an attention viewer whose queries are not its tokens.
@@ -354,6 +384,8 @@ impl Figure {
             heads,
             pattern,
             first_head,
+            step,
+            history,
             ..
         } = &self.plot
         else {
@@ -367,14 +399,18 @@ impl Figure {
                 .map(|(i, t)| format!("{i}:{t}"))
                 .collect()
         };
+        let at = match step {
+            Some(s) if !history.is_empty() => format!(" at step {s}"),
+            _ => String::new(),
+        };
         let title = match heads.get(*first_head) {
             Some(h) if heads.len() > 1 => format!(
-                "{} ({}; {} heads in the HTML report)",
+                "{} ({}{at}; {} heads in the HTML report)",
                 self.title,
                 h.name,
                 heads.len()
             ),
-            Some(h) => format!("{} ({})", self.title, h.name),
+            Some(h) => format!("{} ({}{at})", self.title, h.name),
             None => self.title.clone(),
         };
         let at = first_head * nq * nk;

@@ -20,7 +20,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::html::{esc, inline};
-use crate::spec::{attention_queries, AttentionHead, AttentionSource, Figure, Plot};
+use crate::spec::{
+    attention_queries, AttentionCheckpoint, AttentionHead, AttentionSource, Figure, Plot,
+};
 
 /// What the script reads: the figure's data with the queries spelled out.
 #[derive(Serialize)]
@@ -32,6 +34,9 @@ struct ViewData<'a> {
     pattern: &'a [f64],
     source: &'a Option<AttentionSource>,
     first_head: usize,
+    /// Earlier checkpoints, oldest first; empty without a slider.
+    history: &'a [AttentionCheckpoint],
+    step: Option<u64>,
 }
 
 /// Why an attention figure cannot be shown, if it cannot.
@@ -42,6 +47,8 @@ pub(crate) fn check(fig: &Figure) -> Result<(), String> {
         heads,
         pattern,
         first_head,
+        history,
+        step,
         ..
     } = &fig.plot
     else {
@@ -71,6 +78,30 @@ pub(crate) fn check(fig: &Figure) -> Result<(), String> {
             tokens.len()
         ));
     }
+    if !history.is_empty() && step.is_none() {
+        return Err(format!(
+            "figure `{}`: a viewer with earlier checkpoints needs the step of its own pattern",
+            fig.id
+        ));
+    }
+    for c in history {
+        if c.pattern.len() != want {
+            return Err(format!(
+                "figure `{}`: the checkpoint at step {} has {} values, expected {want} like the viewer's pattern",
+                fig.id,
+                c.step,
+                c.pattern.len()
+            ));
+        }
+        if step.is_some_and(|s| c.step >= s) {
+            return Err(format!(
+                "figure `{}`: the checkpoint at step {} is not before the viewer's step {}",
+                fig.id,
+                c.step,
+                step.unwrap_or(0)
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -84,6 +115,8 @@ pub(crate) fn figure(out: &mut String, anchor: &str, fig: &Figure, svg: &str, n:
         pattern,
         source,
         first_head,
+        history,
+        step,
     } = &fig.plot
     else {
         return;
@@ -95,6 +128,8 @@ pub(crate) fn figure(out: &mut String, anchor: &str, fig: &Figure, svg: &str, n:
         pattern,
         source,
         first_head: *first_head,
+        history,
+        step: *step,
     };
     // `<`, `>` and `&` escaped inside JSON strings keep a token such as
     // `</script>` from ending the element; JSON.parse reads them back.
@@ -121,10 +156,18 @@ pub(crate) fn figure(out: &mut String, anchor: &str, fig: &Figure, svg: &str, n:
         first = esc(names.get(*first_head).copied().unwrap_or("")),
         all = esc(&names.join(", ")),
     );
+    let slider = match (history.first(), step) {
+        (Some(first), Some(last)) => format!(
+            " Slide through {} checkpoints, steps {} to {last}.",
+            history.len() + 1,
+            first.step
+        ),
+        _ => String::new(),
+    };
     let _ = write!(
         out,
         "<figcaption><span class=\"fig-no\">Figure {n}.</span> <strong>{}</strong> \
-         <span class=\"attn-hint\">Hover a token to see where it attends; click to hold it.</span>",
+         <span class=\"attn-hint\">Hover a token to see where it attends; click to hold it.{slider}</span>",
         esc(&fig.title)
     );
     if !fig.caption.is_empty() {
@@ -153,6 +196,9 @@ pub(crate) const CSS: &str = r#"
 .attn-map svg { display: block; max-width: 100%; height: auto; }
 .attn-map .attn-row { fill: none; stroke: #bf8700; stroke-width: 2; pointer-events: none; }
 .attn-hint { font-size: .85em; }
+.attn-steps { display: flex; align-items: center; gap: .5rem; margin-bottom: .5rem; }
+.attn-steps input { flex: 1 1 auto; max-width: 28rem; }
+.attn-step { font-size: .8rem; min-width: 6rem; }
 "#;
 
 /// The viewer's script: one function per figure, state `{head, query, locked}`,
@@ -172,8 +218,12 @@ pub(crate) const SCRIPT: &str = r##"
     var d = JSON.parse(fig.querySelector("script.attn-data").textContent);
     var nk = d.tokens.length, self = d.query_tokens.length === 0;
     var qs = self ? d.tokens : d.query_tokens, nq = qs.length;
-    var st = { head: d.first_head || 0, query: nq - 1, locked: false };
-    function w(q, k) { return d.pattern[(st.head * nq + q) * nk + k]; }
+    // The checkpoints, oldest first; the viewer's own pattern is the last.
+    var hist = d.history || [];
+    var pats = hist.map(function (c) { return c.pattern; }).concat([d.pattern]);
+    var steps = hist.map(function (c) { return c.step; }).concat([d.step]);
+    var st = { head: d.first_head || 0, query: nq - 1, locked: false, at: pats.length - 1 };
+    function w(q, k) { return pats[st.at][(st.head * nq + q) * nk + k]; }
     var view = fig.querySelector(".attn-view");
 
     // Many heads over several layers: one row of buttons per layer.
@@ -194,6 +244,24 @@ pub(crate) const SCRIPT: &str = r##"
       line.appendChild(b);
       return b;
     });
+
+    var slider = null, stepLabel = null;
+    if (pats.length > 1) {
+      var sl = el("div", "attn-steps");
+      sl.appendChild(el("span", "attn-label", "checkpoint"));
+      slider = el("input", "attn-slider");
+      slider.type = "range";
+      slider.min = "0";
+      slider.max = String(pats.length - 1);
+      slider.step = "1";
+      slider.value = String(st.at);
+      slider.setAttribute("aria-label", "training step of the weights shown");
+      slider.addEventListener("input", function () { st.at = Number(slider.value); draw(); });
+      stepLabel = el("span", "attn-step");
+      sl.appendChild(slider);
+      sl.appendChild(stepLabel);
+      bar.appendChild(sl);
+    }
 
     var text = el("div", "attn-text");
     var qspans, keys;
@@ -285,6 +353,10 @@ pub(crate) const SCRIPT: &str = r##"
 
     function draw() {
       buttons.forEach(function (b, i) { b.setAttribute("aria-pressed", i === st.head ? "true" : "false"); });
+      if (slider) {
+        stepLabel.textContent = "step " + steps[st.at];
+        fig.setAttribute("data-step", String(steps[st.at]));
+      }
       var ws = [], max = 0;
       for (var j = 0; j < nk; j++) { ws.push(w(st.query, j)); if (ws[j] > max) max = ws[j]; }
       keys.forEach(function (sp, j) {
@@ -307,7 +379,7 @@ pub(crate) const SCRIPT: &str = r##"
       row.setAttribute("y", String(st.query * cell));
       var order = ws.map(function (x, j) { return j; })
         .sort(function (a, b) { return ws[b] - ws[a] || a - b; }).slice(0, 3);
-      info.textContent = d.heads[st.head].name + ", query " + st.query + " \u201c" + shown(qs[st.query]) +
+      info.textContent = d.heads[st.head].name + (slider ? " at step " + steps[st.at] : "") + ", query " + st.query + " \u201c" + shown(qs[st.query]) +
         "\u201d" + (st.locked ? " (held; click it again to let go)" : "") + " attends most to " +
         order.map(function (j) { return "\u201c" + shown(d.tokens[j]) + "\u201d @" + j + " " + ws[j].toFixed(3); }).join(", ") +
         ". Tokens are shaded from 0 to this row\u2019s largest weight, " + max.toPrecision(3) + ".";

@@ -3,7 +3,7 @@
 //! (The viewer's behaviour in a browser is tested by `python/ci/browser_test.py`.)
 
 use mechlab_report::doc::{Report, Section};
-use mechlab_report::spec::{AttentionHead, Figure, Plot, Series};
+use mechlab_report::spec::{AttentionCheckpoint, AttentionHead, Figure, Plot, Series};
 use mechlab_report::{render_html, render_png, render_svg};
 
 fn viewer() -> Figure {
@@ -85,6 +85,44 @@ fn a_malformed_viewer_is_a_note_and_no_script() {
     assert!(!html.contains("<script"), "{html}");
     let empty = Figure::attention("e", "Empty", vec![], vec![], vec![]);
     assert!(page(&[empty]).contains("needs at least one token and one head"));
+}
+
+#[test]
+fn a_viewer_over_checkpoints_carries_them_and_checks_their_shape() {
+    let early = |step, w: f64| AttentionCheckpoint {
+        step,
+        pattern: vec![w; 18],
+    };
+    let fig = viewer().with_history(vec![early(0, 0.1), early(50, 0.2)], 100);
+    let html = page(std::slice::from_ref(&fig));
+    let start = html.find("class=\"attn-data\">").unwrap() + "class=\"attn-data\">".len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+    assert_eq!(data["step"], 100);
+    assert_eq!(data["history"][1]["step"], 50);
+    assert_eq!(data["history"][1]["pattern"][17], 0.2);
+    assert!(
+        html.contains("Slide through 3 checkpoints, steps 0 to 100."),
+        "{html}"
+    );
+    assert!(
+        html.contains("L0H0 at step 100"),
+        "the still names its step"
+    );
+    // through the figure's JSON and back
+    let back: Figure = serde_json::from_str(&serde_json::to_string(&fig).unwrap()).unwrap();
+    assert_eq!(back, fig);
+
+    let short = viewer().with_history(
+        vec![AttentionCheckpoint {
+            step: 0,
+            pattern: vec![0.0; 3],
+        }],
+        100,
+    );
+    assert!(page(&[short]).contains("the checkpoint at step 0 has 3 values, expected 18"));
+    let late = viewer().with_history(vec![early(100, 0.1)], 100);
+    assert!(page(&[late]).contains("the checkpoint at step 100 is not before"));
 }
 
 #[test]

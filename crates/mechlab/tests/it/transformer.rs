@@ -691,4 +691,55 @@ fn measure_recomputes_the_probe_record_of_any_checkpoint() {
     }
     let latest = mechlab::commands::intervene::measure(&reg, &run, None).unwrap();
     assert_eq!(latest["step"], 40);
+
+    // The attention viewer's slider: earlier checkpoints, each the weights of
+    // the model at that step on the viewer's window.
+    let text = std::fs::read_to_string(run.join("figures/attention.json")).unwrap();
+    let fig: mechlab_report::Figure = serde_json::from_str(&text).unwrap();
+    let mechlab_report::Plot::Attention {
+        tokens,
+        history,
+        step,
+        pattern,
+        ..
+    } = fig.plot
+    else {
+        panic!("not a viewer")
+    };
+    assert_eq!(step, Some(40));
+    let steps: Vec<u64> = history.iter().map(|c| c.step).collect();
+    assert_eq!(steps, [0, 1, 2, 4, 8, 16, 24, 32]);
+    assert_eq!(
+        support::viewer::viewer_matches_activations(&run, "attention"),
+        8
+    );
+    let t = tokens.len();
+    let window: Vec<u32> = {
+        // the viewer's window, read back from its token labels
+        let cfg = std::fs::read_to_string(run.join("config.toml")).unwrap();
+        assert!(cfg.contains("task = \"repeated\""), "{cfg}");
+        tokens.iter().map(|s| s.parse().unwrap()).collect()
+    };
+    for (c, at) in history
+        .iter()
+        .map(|c| (c, Some(c.step)))
+        .chain(std::iter::once((
+            &mechlab_report::AttentionCheckpoint {
+                step: 40,
+                pattern: pattern.clone(),
+            },
+            None,
+        )))
+    {
+        let mut m = mechlab::inspect::load_model(&reg, &run, at).unwrap();
+        let names = ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"];
+        let (_, cache) = m
+            .run_with_cache(
+                &mechlab_engine::hooks::Batch::new(window.clone(), 1, t),
+                &names,
+            )
+            .unwrap();
+        let want: Vec<f64> = names.iter().flat_map(|n| cache[*n].data.clone()).collect();
+        assert_eq!(c.pattern, want, "step {}", c.step);
+    }
 }

@@ -6,12 +6,14 @@ use super::config::TransformerConfig;
 use super::probes::{Eval, Probe, DETECTORS};
 use super::Learner;
 use crate::experiment::ExperimentError;
+use crate::run::checkpoint;
 use crate::run::metrics;
 use crate::run::summary::Summary;
 use crate::run::{attention_record, LayerPattern, RunCtx};
+use mechlab_engine::gpt::Gpt;
 use mechlab_engine::hooks::{Batch, HookedModel};
 use mechlab_engine::Float;
-use mechlab_report::{Figure, Series};
+use mechlab_report::{AttentionCheckpoint, Figure, Series};
 
 type Records = Vec<serde_json::Map<String, serde_json::Value>>;
 
@@ -64,6 +66,7 @@ pub fn figures<T: Float>(
     fin: &Eval,
 ) -> Result<(), ExperimentError> {
     let recs = ctx.records()?;
+    let step = cfg.train.steps;
     let dims = (cfg.model.n_layers, cfg.model.n_heads);
     let (ps, loss) = metrics::series(&recs, "probe", "loss");
     let (ts, tl) = metrics::series(&recs, "train", "loss");
@@ -192,36 +195,99 @@ pub fn figures<T: Float>(
             .caption("‖OV·QK‖_F/(‖OV‖_F‖QK‖_F) (Q), with QKᵀ (K) or the next head's OV (V); random matrices of these shapes score about 1/√d_head."),
         )?;
     }
-    // the attention viewer on the first held-out window
+    // the attention viewer on the first held-out window, with a slider over
+    // the checkpoints
     let t = learner.data.t;
     let x = probe.x[..t].to_vec();
-    let names: Vec<String> = (0..cfg.model.n_layers)
-        .map(|l| format!("blocks.{l}.attn.hook_pattern"))
-        .collect();
-    let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-    let (_, cache) = learner
-        .model
-        .run_with_cache(&Batch::new(x.clone(), 1, t), &refs)
-        .map_err(|e| ExperimentError::Data(e.to_string()))?;
-    let layers: Vec<LayerPattern> = names
-        .iter()
+    let layers: Vec<LayerPattern> = patterns(&mut learner.model, &x)?
+        .into_iter()
         .enumerate()
-        .map(|(l, n)| LayerPattern {
+        .map(|(l, pattern)| LayerPattern {
             layer: l,
             n_heads: nh,
-            pattern: cache[n].data.clone(),
+            pattern,
         })
         .collect();
+    let history = earlier_patterns(ctx, &learner.model, &x, step)?;
     let tokens: Vec<String> = x.iter().map(|&i| learner.data.show(i)).collect();
     let (acts, fig) = attention_record(
         "attention",
-        "Attention of every head on a held-out window (end of training)",
+        "Attention of every head on a held-out window over training",
         tokens,
         &layers,
     );
     ctx.record_activations(&acts)?;
-    ctx.figure(&fig)?;
+    ctx.figure(&fig.with_history(history, step))?;
     Ok(())
+}
+
+/// At most this many earlier checkpoints in the attention viewer's slider,
+/// and at most this many weights in all (the report is one HTML file).
+const SLIDER_CHECKPOINTS: usize = 8;
+const SLIDER_WEIGHTS: usize = 150_000;
+
+/// Every layer's `[n_heads, T, T]` pattern of `model` on one window `x`.
+fn patterns<T: Float>(model: &mut Gpt<T>, x: &[u32]) -> Result<Vec<Vec<f64>>, ExperimentError> {
+    let names: Vec<String> = (0..model.cfg.n_layers)
+        .map(|l| format!("blocks.{l}.attn.hook_pattern"))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    let (_, mut cache) = model
+        .run_with_cache(&Batch::new(x.to_vec(), 1, x.len()), &refs)
+        .map_err(|e| ExperimentError::Data(e.to_string()))?;
+    Ok(names
+        .iter()
+        .map(|n| cache.remove(n).map(|a| a.data).unwrap_or_default())
+        .collect())
+}
+
+/// The viewer's window under the run's checkpoints before `last`: up to
+/// [`SLIDER_CHECKPOINTS`] of them, spread evenly over the list from the first
+/// to the last, fewer when the window is long.
+fn earlier_patterns<T: Float>(
+    ctx: &RunCtx,
+    model: &Gpt<T>,
+    x: &[u32],
+    last: u64,
+) -> Result<Vec<AttentionCheckpoint>, ExperimentError> {
+    let all: Vec<_> = checkpoint::list(&ctx.checkpoint_dir())
+        .into_iter()
+        .filter(|(s, _)| *s < last)
+        .collect();
+    let per = model.cfg.n_layers * model.cfg.n_heads * x.len() * x.len();
+    let n = SLIDER_CHECKPOINTS
+        .min(SLIDER_WEIGHTS / per.max(1))
+        .min(all.len());
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut picked: Vec<usize> = (0..n)
+        .map(|i| {
+            if n == 1 {
+                0
+            } else {
+                i * (all.len() - 1) / (n - 1)
+            }
+        })
+        .collect();
+    picked.dedup();
+    let mut m = model.clone();
+    let mut out = Vec::with_capacity(picked.len());
+    for i in picked {
+        let (step, path) = &all[i];
+        let read = |e: checkpoint::CheckpointError| {
+            ExperimentError::Data(format!("{}: {e}", path.display()))
+        };
+        checkpoint::load::<T>(path)
+            .map_err(read)?
+            .apply_params(&mut m)
+            .map_err(read)?;
+        out.push(AttentionCheckpoint {
+            step: *step,
+            pattern: patterns(&mut m, x)?.concat(),
+        });
+    }
+    Ok(out)
 }
 
 /// The best head `(name, score)` of a `[layer][head]` table.
