@@ -23,6 +23,7 @@
 //! ```
 
 pub mod analysis;
+pub mod bpe;
 pub mod cli;
 pub mod commands;
 pub mod config;

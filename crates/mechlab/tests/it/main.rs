@@ -32,3 +32,4 @@ mod topic_bert;
 mod topic_causal;
 mod topic_reference;
 mod transformer;
+mod transformer_text;

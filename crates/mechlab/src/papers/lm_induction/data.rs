@@ -10,23 +10,10 @@
 //! write no tokenizer of our own), which every byte string encodes into.
 
 use super::config::{DataConfig, RepTokens, Source, Tokenizer};
+use crate::bpe;
 use mechlab_corpora::datadir::data_path;
 use mechlab_corpora::wikipedia::wikitext2::load_wikitext2;
 use rand::Rng;
-use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::{
-    DecoderWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper, TokenizerBuilder,
-    TokenizerImpl,
-};
-
-type Bpe = TokenizerImpl<
-    BPE,
-    NormalizerWrapper,
-    PreTokenizerWrapper,
-    PostProcessorWrapper,
-    DecoderWrapper,
->;
 
 /// The tokenised corpus: its vocabulary and both splits as ids.
 #[derive(Clone, Debug)]
@@ -51,35 +38,6 @@ pub(crate) fn read_docs(rel: &str, key: &str) -> Result<Vec<String>, String> {
         .collect())
 }
 
-fn train_bpe(docs: &[String], vocab: usize) -> Result<Bpe, String> {
-    let err = |e: tokenizers::Error| format!("data.tokenizer = \"bpe\": {e}");
-    let mut tk: Bpe = TokenizerBuilder::default()
-        .with_model(BPE::default())
-        .with_pre_tokenizer(Some(PreTokenizerWrapper::ByteLevel(ByteLevel::default())))
-        .with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())))
-        .build()
-        .map_err(err)?;
-    let mut trainer = BpeTrainerBuilder::new()
-        .vocab_size(vocab)
-        .min_frequency(2)
-        .show_progress(false)
-        .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
-        .build();
-    tk.train(&mut trainer, docs.iter()).map_err(err)?;
-    Ok(tk)
-}
-
-fn encode_bpe(tk: &Bpe, docs: &[String]) -> Result<Vec<u32>, String> {
-    let mut out = Vec::new();
-    for d in docs {
-        let e = tk
-            .encode(d.as_str(), false)
-            .map_err(|e| format!("data.tokenizer = \"bpe\": {e}"))?;
-        out.extend_from_slice(e.get_ids());
-    }
-    Ok(out)
-}
-
 impl Corpus {
     /// Reads `data.file` and `data.heldout_file` and tokenises them.
     pub fn load(cfg: &DataConfig) -> Result<Corpus, String> {
@@ -91,7 +49,7 @@ impl Corpus {
                 &heldout_docs.concat().into_bytes(),
             ),
             Tokenizer::Bpe => {
-                let tk = train_bpe(&train_docs, cfg.bpe_vocab)?;
+                let tk = bpe::train(train_docs.iter(), cfg.bpe_vocab, "data.tokenizer = \"bpe\"")?;
                 let n = tk.get_vocab_size(true) as u32;
                 Corpus {
                     bytes: Vec::new(),
@@ -102,8 +60,8 @@ impl Corpus {
                     bpe_tokens: (0..n)
                         .map(|i| tk.id_to_token(i).unwrap_or_default())
                         .collect(),
-                    train: encode_bpe(&tk, &train_docs)?,
-                    heldout: encode_bpe(&tk, &heldout_docs)?,
+                    train: bpe::encode(&tk, &train_docs, "data.tokenizer = \"bpe\"")?,
+                    heldout: bpe::encode(&tk, &heldout_docs, "data.tokenizer = \"bpe\"")?,
                 }
             }
         };

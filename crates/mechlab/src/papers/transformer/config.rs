@@ -57,6 +57,9 @@ pub enum Tokenizer {
     Bytes,
     /// The `tokenizer.json` named by `data.tokenizer_file` (Hugging Face `tokenizers`).
     Json,
+    /// A byte-level BPE of `data.bpe_vocab` tokens trained on `data.file`,
+    /// saved in the run folder as `tokenizer.json`.
+    Bpe,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,9 +76,11 @@ pub struct DataConfig {
     pub heldout_file: String,
     pub heldout_mask_file: String,
     pub heldout_frac: f64,
-    /// Text files: `bytes` or `json`.
+    /// Text files: `bytes`, `json` or `bpe`.
     pub tokenizer: Tokenizer,
     pub tokenizer_file: String,
+    /// The vocabulary of the BPE `data.tokenizer = "bpe"` trains.
+    pub bpe_vocab: usize,
     /// Positions the model reads, `T` (windows are `T + 1` tokens); 0: the task's
     /// own, or the file's `[N, L]` windows (`L − 1`).
     pub seq_len: usize,
@@ -98,6 +103,7 @@ impl Default for DataConfig {
             heldout_frac: 0.1,
             tokenizer: Tokenizer::Bytes,
             tokenizer_file: String::new(),
+            bpe_vocab: 1024,
             seq_len: 0,
             batch: 32,
             shuffle_targets: false,
@@ -336,6 +342,12 @@ pub fn check(cfg: &TransformerConfig) -> Result<(), String> {
         return Err(
             "data.tokenizer = \"json\" needs data.tokenizer_file (a tokenizer.json)".into(),
         );
+    }
+    if d.tokenizer == Tokenizer::Bpe && !(257..=65536).contains(&d.bpe_vocab) {
+        return Err(format!(
+            "data.bpe_vocab = {}: must be 257..=65536 (the 256 bytes and at least one merge)",
+            d.bpe_vocab
+        ));
     }
     if cfg.probe.n_eval == 0 || cfg.probe.n_eval > 65536 {
         return Err(format!(

@@ -12,7 +12,7 @@
 
 use super::config::{Inputs, TransformerConfig};
 use super::tasks::Task;
-use super::windows::{read_set, text_vocab, TokenSet};
+use super::windows::{read_set, resolve_tokenizer, text_vocab, token_names, TokenSet};
 use crate::rng::{self, substream, Stream};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
@@ -53,6 +53,8 @@ pub struct Data {
     pub bayes: Option<f64>,
     /// What the run trains on, for the report.
     pub what: String,
+    /// Each id's text for a text file's tokenizer (empty: ids are shown as numbers).
+    names: Vec<String>,
 }
 
 /// The folder a Python run's arrays are stored in.
@@ -66,6 +68,7 @@ impl Data {
         dir: &Path,
         gen: Option<Generator>,
     ) -> Result<Data, String> {
+        let cfg = &*resolve_tokenizer(cfg, dir)?;
         let d = &cfg.data;
         let n_eval = cfg.probe.n_eval;
         match d.inputs {
@@ -102,6 +105,7 @@ impl Data {
                     heldout_mask,
                     bayes: Some(sum / cnt.max(1.0)),
                     what,
+                    names: Vec::new(),
                 })
             }
             Inputs::Config | Inputs::Arrays => {
@@ -233,6 +237,7 @@ impl Data {
                     heldout_mask,
                     bayes: None,
                     what,
+                    names: token_names(&file, cfg)?,
                 })
             }
             Inputs::Generator => {
@@ -273,6 +278,7 @@ impl Data {
                     heldout_mask,
                     bayes: None,
                     what: format!("batches from a Python generator (T = {t}, {d_vocab} token ids)"),
+                    names: Vec::new(),
                 })
             }
         }
@@ -324,7 +330,11 @@ impl Data {
     pub fn show(&self, id: u32) -> String {
         match &self.feed {
             Feed::Task(task, _) => task.show(id),
-            _ => id.to_string(),
+            _ => self
+                .names
+                .get(id as usize)
+                .cloned()
+                .unwrap_or_else(|| id.to_string()),
         }
     }
 }

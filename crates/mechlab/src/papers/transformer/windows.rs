@@ -12,12 +12,75 @@
 //! stream. Errors name the key, the file and the offending value.
 //!
 //! `.npy` files go through the `npyz` crate and `.safetensors` through
-//! `safetensors`; a text file is one token per byte or the `tokenizer.json`
-//! that `data.tokenizer_file` names (Hugging Face `tokenizers`).
+//! `safetensors`; a text file is one token per byte, the `tokenizer.json`
+//! that `data.tokenizer_file` names (Hugging Face `tokenizers`), or a BPE
+//! trained on `data.file` ([`crate::bpe`]) and kept in the run folder.
 
 use super::config::{Tokenizer, TransformerConfig};
 use rand::Rng;
+use std::borrow::Cow;
 use std::path::Path;
+
+/// Where a run keeps the BPE `data.tokenizer = "bpe"` trained.
+pub const BPE_FILE: &str = "tokenizer.json";
+
+/// `cfg` reading text through a `tokenizer.json`: with `data.tokenizer =
+/// "bpe"`, the BPE trained on `data.file` and written to the run folder `dir`
+/// as [`BPE_FILE`] the first time (a resumed run and its analysis read that
+/// file back, never retrain); otherwise `cfg` itself.
+pub fn resolve_tokenizer<'a>(
+    cfg: &'a TransformerConfig,
+    dir: &Path,
+) -> Result<Cow<'a, TransformerConfig>, String> {
+    if cfg.data.tokenizer != Tokenizer::Bpe || is_id_file(&cfg.data.file) {
+        return Ok(Cow::Borrowed(cfg));
+    }
+    let path = dir.join(BPE_FILE);
+    if !path.exists() {
+        let file = &cfg.data.file;
+        let text = std::fs::read(file).map_err(|e| format!("data.file = {file:?}: {e}"))?;
+        let text = String::from_utf8_lossy(&text);
+        let key = format!("data.tokenizer = \"bpe\" on data.file = {file:?}");
+        let tk = crate::bpe::train(std::iter::once(text.as_ref()), cfg.data.bpe_vocab, &key)?;
+        let json = tk.to_string(false).map_err(|e| format!("{key}: {e}"))?;
+        crate::run::atomic::write(&path, json.as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let mut c = cfg.clone();
+    c.data.tokenizer = Tokenizer::Json;
+    c.data.tokenizer_file = path.display().to_string();
+    Ok(Cow::Owned(c))
+}
+
+fn is_id_file(path: &str) -> bool {
+    matches!(ext(path).as_str(), "npy" | "safetensors")
+}
+
+/// Each id's text under the tokenizer of text file `file` (empty for id
+/// files): a byte as itself when printable ASCII, else `\xNN`; a tokenizer's
+/// tokens as it spells them.
+pub fn token_names(file: &str, cfg: &TransformerConfig) -> Result<Vec<String>, String> {
+    if file.is_empty() || is_id_file(file) {
+        return Ok(Vec::new());
+    }
+    Ok(match cfg.data.tokenizer {
+        Tokenizer::Bytes => (0..=255u8)
+            .map(|b| match b {
+                b' '..=b'~' => (b as char).to_string(),
+                b'\n' => "\\n".into(),
+                _ => format!("\\x{b:02x}"),
+            })
+            .collect(),
+        Tokenizer::Json | Tokenizer::Bpe => {
+            let tf = &cfg.data.tokenizer_file;
+            let tok = tokenizers::Tokenizer::from_file(tf)
+                .map_err(|e| format!("data.tokenizer_file = {tf:?}: {e}"))?;
+            (0..tok.get_vocab_size(true) as u32)
+                .map(|i| tok.id_to_token(i).unwrap_or_else(|| i.to_string()))
+                .collect()
+        }
+    })
+}
 
 /// Token ids with an optional loss mask.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,7 +200,8 @@ fn read_text(path: &str, key: &str, cfg: &TransformerConfig) -> Result<Array, St
     let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
     let data: Vec<i64> = match cfg.data.tokenizer {
         Tokenizer::Bytes => text.iter().map(|&b| b as i64).collect(),
-        Tokenizer::Json => {
+        Tokenizer::Json | Tokenizer::Bpe => {
+            // (`bpe` reaches here as the `json` of its trained file: resolve_tokenizer)
             let tf = &cfg.data.tokenizer_file;
             let tok = tokenizers::Tokenizer::from_file(tf)
                 .map_err(|e| format!("data.tokenizer_file = {tf:?}: {e}"))?;
@@ -165,12 +229,12 @@ fn read_array(path: &str, key: &str, cfg: &TransformerConfig) -> Result<Array, S
 
 /// The vocabulary the tokenizer of text file `file` defines (`None` for id files).
 pub fn text_vocab(file: &str, cfg: &TransformerConfig) -> Result<Option<usize>, String> {
-    if matches!(ext(file).as_str(), "npy" | "safetensors") {
+    if is_id_file(file) {
         return Ok(None);
     }
     Ok(Some(match cfg.data.tokenizer {
         Tokenizer::Bytes => 256,
-        Tokenizer::Json => {
+        Tokenizer::Json | Tokenizer::Bpe => {
             let tf = &cfg.data.tokenizer_file;
             tokenizers::Tokenizer::from_file(tf)
                 .map_err(|e| format!("data.tokenizer_file = {tf:?}: {e}"))?
