@@ -37,6 +37,7 @@ _Overrides: TypeAlias = Optional[Dict[str, Any]]
 _OnProgress: TypeAlias = Optional[Callable[[int, int, str], None]]
 _PathLike: TypeAlias = Union[str, "os.PathLike[str]"]
 _Generator: TypeAlias = Optional[Callable[[int], Tuple[np.ndarray, Optional[np.ndarray]]]]
+_Patterns: TypeAlias = Optional[Callable[[np.ndarray], List[Tuple[str, np.ndarray]]]]
 
 def presets() -> List[str]: ...
 def config_json(source: str, overrides: _Overrides = None, seed: Optional[int] = None) -> str: ...
@@ -55,6 +56,7 @@ def run(
     command: Optional[str] = None,
     on_progress: _OnProgress = None,
     generator: _Generator = None,
+    patterns: _Patterns = None,
 ) -> str: ...
 def resume(dir: _PathLike, *, on_progress: _OnProgress = None, generator: _Generator = None) -> str: ...
 def run_dir(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ._run import PathLike, Run
 
 Batch = Union[np.ndarray, Tuple[np.ndarray, Optional[np.ndarray]]]
 Generator = Callable[[int, np.random.Generator], Batch]
+PatternFn = Callable[[np.ndarray], Any]
 
 #: The folder of a run that holds the arrays ``train`` was given.
 INPUTS = "inputs"
@@ -77,6 +78,34 @@ def _wrap(fn: Generator, seed: int) -> Callable[[int], Tuple[np.ndarray, Optiona
     return call
 
 
+def _patterns(fns: Mapping[str, PatternFn]) -> Callable[[np.ndarray], List[Tuple[str, np.ndarray]]]:
+    """The native side's ``call(x)``: each named function on each held-out
+    window's tokens ``x[i]`` (``[T]``), stacked to ``[n, T, T]`` float64 and
+    checked. Errors name the pattern and the window."""
+    for name, fn in fns.items():
+        if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+            raise ConfigError(f"patterns: {name!r}: a pattern's name is letters, digits and _ (a Python identifier)")
+        if not callable(fn):
+            raise TypeError(f"patterns[{name!r}]: expected a function of a window's tokens, got {type(fn).__name__}")
+
+    def call(x: np.ndarray) -> List[Tuple[str, np.ndarray]]:
+        n, t = x.shape
+        out = []
+        for name, fn in fns.items():
+            stack = np.empty((n, t, t))
+            for i in range(n):
+                p = np.asarray(fn(x[i].copy()))
+                if p.shape != (t, t):
+                    raise ConfigError(f"patterns[{name!r}], held-out window {i}: shape {p.shape}, expected [T, T] = ({t}, {t})")
+                if p.dtype.kind not in "biuf" or not np.isfinite(p).all():
+                    raise ConfigError(f"patterns[{name!r}], held-out window {i}: a pattern is finite numbers (dtype {p.dtype})")
+                stack[i] = p
+            out.append((name, stack))
+        return out
+
+    return call
+
+
 def train(
     config: Union[None, str, "os.PathLike[str]", Mapping[str, Any]] = None,
     *,
@@ -85,6 +114,7 @@ def train(
     heldout: Any = None,
     heldout_mask: Any = None,
     generator: Optional[Generator] = None,
+    patterns: Optional[Mapping[str, PatternFn]] = None,
     init_from: Optional[PathLike] = None,
     seed: Optional[int] = None,
     overrides: Optional[Dict[str, Any]] = None,
@@ -111,6 +141,14 @@ def train(
       resumed run gets the same batches: resume with ``mechlab.resume(run,
       generator=fn)``. ``model.d_vocab`` must be set.
     - neither: the config's ``data.file`` or built-in ``data.task``.
+
+    ``patterns``: ``{name: fn}``, detection patterns of your own, where
+    ``fn(tokens)`` takes one held-out window's input tokens (``[T]``) and
+    returns a ``[T, T]`` array (query rows, key columns, like TransformerLens's
+    built-in patterns). Each is evaluated once on the held-out windows, stored
+    in the run's ``inputs/`` folder, and every head is scored against it at
+    every probe step (``custom_{name}.l{l}.h{h}`` in the metrics, a heads x
+    steps figure in the report).
 
     ``init_from``: a TransformerLens or nanoGPT export folder (``model.safetensors``
     and ``config.json``, as ``Run.export_transformer_lens`` / ``export_nanogpt``
@@ -178,6 +216,12 @@ def train(
         if not callable(generator):
             raise TypeError(f"generator: expected a function fn(step, rng), got {type(generator).__name__}")
         ov["data.inputs"] = "generator"
+    pcall = None
+    if patterns is not None:
+        if not isinstance(patterns, Mapping):
+            raise TypeError(f"patterns: expected a dict {{name: fn}}, got {type(patterns).__name__}")
+        pcall = _patterns(patterns)
+        ov["probe.pattern_fns"] = list(patterns)
     out_p = _path(out, "out")
     d = Path(_native.run_dir(src, seed=seed_v, overrides=ov, out=out_p))
     if (d / "config.toml").exists():
@@ -191,7 +235,7 @@ def train(
             np.save(d / INPUTS / f"{name}.npy", a)
     cmd = _call("train", src, seed=seed_v, overrides=ov or None, out=d)
     with bar(quiet, src, "step", phases=True) as cb:
-        done = _native.run(src, seed=seed_v, overrides=ov, out=d, command=cmd, on_progress=cb, generator=call)
+        done = _native.run(src, seed=seed_v, overrides=ov, out=d, command=cmd, on_progress=cb, generator=call, patterns=pcall)
     return Run(done)
 
 

@@ -2,8 +2,8 @@
 //! training thread takes the GIL only while the function runs, and a raise
 //! becomes the run's error with its traceback, naming the step.
 
-use mechlab::papers::transformer::source::{BatchFn, GenBatch, Generator};
-use numpy::{PyReadonlyArray2, PyUntypedArrayMethods};
+use mechlab::papers::transformer::source::{BatchFn, GenBatch, Generator, Handover, PatternFn};
+use numpy::{PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 /// `call(step) -> (tokens int64 [B, L], mask bool [B, L] or None)`, as the
@@ -66,10 +66,41 @@ impl BatchFn for PyBatchFn {
     }
 }
 
-/// The run input for a Python callable (`None`: no generator).
-pub fn input(f: Option<&Bound<'_, PyAny>>) -> mechlab::commands::Input {
-    f.map(|f| {
-        Box::new(Generator(Box::new(PyBatchFn(f.clone().unbind()))))
-            as Box<dyn std::any::Any + Send>
-    })
+/// `call(x int64 [n, T]) -> [(name, float64 [n, T, T]), ...]`, as the Python
+/// layer (`mechlab.train(patterns=...)`) wraps the user's pattern functions.
+struct PyPatternFn(Py<PyAny>);
+
+impl PatternFn for PyPatternFn {
+    fn call(&mut self, x: &[u32], n: usize, t: usize) -> Result<Vec<(String, Vec<f64>)>, String> {
+        Python::attach(|py| {
+            let arr = numpy::PyArray1::from_iter(py, x.iter().map(|&v| i64::from(v)))
+                .reshape([n, t])
+                .map_err(|e| e.to_string())?;
+            let out = self.0.bind(py).call1((arr,)).map_err(|e| {
+                format!("patterns: a pattern function raised\n{}", traceback(py, &e))
+            })?;
+            let pairs: Vec<(String, PyReadonlyArray3<'_, f64>)> = out.extract().map_err(|_| {
+                "patterns: expected [(name, float64 [n, T, T])] from the wrapper".to_string()
+            })?;
+            Ok(pairs
+                .into_iter()
+                .map(|(k, a)| (k, a.as_array().iter().copied().collect()))
+                .collect())
+        })
+    }
+}
+
+/// The run input for Python callables: a batch generator and the pattern
+/// functions' wrapper (`None` each when not given).
+pub fn input(
+    generator: Option<&Bound<'_, PyAny>>,
+    patterns: Option<&Bound<'_, PyAny>>,
+) -> mechlab::commands::Input {
+    if generator.is_none() && patterns.is_none() {
+        return None;
+    }
+    Some(Box::new(Handover {
+        generator: generator.map(|f| Generator(Box::new(PyBatchFn(f.clone().unbind())))),
+        patterns: patterns.map(|f| Box::new(PyPatternFn(f.clone().unbind())) as Box<dyn PatternFn>),
+    }))
 }

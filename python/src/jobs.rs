@@ -104,10 +104,10 @@ fn stopped(py: Python<'_>, err: PyErr, detail: Option<String>) -> PyErr {
 
 /// Runs a preset or config file into a run folder; returns the folder. The
 /// terminal bar stays off (it is the CLI's): the caller draws its own.
-/// `generator`: the `transformer` experiment's batch function (see
-/// `generator.rs`).
+/// `generator` and `patterns`: the `transformer` experiment's batch function
+/// and pattern functions' wrapper (see `generator.rs`).
 #[pyfunction]
-#[pyo3(signature = (source, *, seed=None, overrides=None, out=None, command=None, on_progress=None, generator=None))]
+#[pyo3(signature = (source, *, seed=None, overrides=None, out=None, command=None, on_progress=None, generator=None, patterns=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     py: Python<'_>,
@@ -118,6 +118,7 @@ pub fn run(
     command: Option<String>,
     on_progress: Option<&Bound<'_, PyAny>>,
     generator: Option<&Bound<'_, PyAny>>,
+    patterns: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PathBuf> {
     let ov = values::overrides(overrides)?;
     let resolved = values::resolve(py, source, &ov, seed)?;
@@ -127,7 +128,7 @@ pub fn run(
     let progress = Arc::new(Progress::new());
     let (p, d) = (progress.clone(), dir.clone());
     let reg = values::registry();
-    let input = crate::generator::input(generator);
+    let input = crate::generator::input(generator, patterns);
     let job = move || commands::run_with_input(&reg, &resolved, &d, &command, true, Some(p), input);
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
 }
@@ -167,7 +168,7 @@ pub fn resume(
     let d = dir.clone();
     let p = progress.clone();
     let reg = values::registry();
-    let input = crate::generator::input(generator);
+    let input = crate::generator::input(generator, None);
     let job = move || commands::resume_with_input(&reg, &d, true, Some(p), input);
     finish_run(py, supervise(py, &progress, on_progress, job)?, dir)
 }

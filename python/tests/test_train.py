@@ -177,3 +177,34 @@ def test_detect_head_is_the_logged_detector_and_takes_a_function():
     assert np.allclose(mechlab.detect_head(model, inputs, lambda t: np.eye(len(t), k=-1)), prev)
     with pytest.raises(ValueError, match=r"\[T, T\] = \[16, 16\]"):
         mechlab.detect_head(model, inputs, np.eye(5))
+
+
+def test_a_pattern_function_is_scored_during_training_and_kept_with_the_run():
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 12, size=(600, 17))
+    held = rng.integers(0, 12, size=(8, 17))
+
+    def after_copy(t: np.ndarray) -> np.ndarray:
+        # attention to the token after an earlier copy (the induction pattern), by hand
+        n = len(t)
+        p = np.zeros((n, n))
+        for q in range(n):
+            for k in range(1, q + 1):
+                p[q, k] = float(t[k - 1] == t[q])
+        return p
+
+    cfg = {"train.steps": 20, "run.probe_every": 10}
+    r = mechlab.train(cfg, tokens=x, heldout=held, patterns={"prev": lambda t: np.eye(len(t), k=-1),
+                      "ind": after_copy}, out="runs/p1", quiet=True)
+    probe = r.metrics("probe")
+    for _, row in probe.iterrows():
+        for lh in ("l0.h0", "l1.h3"):
+            assert abs(row[f"custom_prev.{lh}"] - row[f"previous_token.{lh}"]) < 1e-12
+            assert abs(row[f"custom_ind.{lh}"] - row[f"induction.{lh}"]) < 1e-12
+    assert (Path(r.dir) / "figures/heads_custom_ind.json").exists()
+    assert r.measure(step=20)["custom_ind.l1.h2"] == probe.set_index("step").loc[20, "custom_ind.l1.h2"]
+    with pytest.raises(mechlab.MechlabError, match=r"patterns\['bad'\], held-out window 0: shape \(3,\)"):
+        mechlab.train(cfg, tokens=x, patterns={"bad": lambda t: np.zeros(3)}, out="runs/p2", quiet=True)
+    assert not (Path("runs/p2") / "summary.json").exists()
+    with pytest.raises(mechlab.ConfigError, match="a Python identifier"):
+        mechlab.train(cfg, tokens=x, patterns={"a-b": lambda t: t}, out="runs/p3", quiet=True)

@@ -32,4 +32,5 @@ mod topic_bert;
 mod topic_causal;
 mod topic_reference;
 mod transformer;
+mod transformer_probe;
 mod transformer_text;

@@ -7,7 +7,7 @@
 use crate::support;
 use mechlab::papers::transformer::config::ProbeConfig;
 use mechlab::papers::transformer::probes::Probe;
-use mechlab::papers::transformer::source::{BatchFn, GenBatch, Generator};
+use mechlab::papers::transformer::source::{BatchFn, GenBatch, Generator, Handover};
 use mechlab::run::summary::Summary;
 use mechlab_engine::gpt::{Gpt, GptConfig, Normalization};
 use std::path::Path;
@@ -339,7 +339,10 @@ fn run_gen(g: Gen, dir: &Path, stop_at: Option<u64>) -> Result<Summary, String> 
     let mut ctx = mechlab::run::RunCtx::create(dir, r.table.clone(), "test", true)
         .map_err(|e| e.to_string())?;
     ctx.stop_at = stop_at;
-    ctx.set_input(Box::new(Generator(Box::new(g))));
+    ctx.set_input(Box::new(Handover {
+        generator: Some(Generator(Box::new(g))),
+        patterns: None,
+    }));
     let s = r.prepared.run(&mut ctx).map_err(|e| e.to_string())?;
     ctx.finish(&s).map_err(|e| e.to_string())?;
     Ok(s)
@@ -355,7 +358,10 @@ fn generators_resume_bit_for_bit_and_their_errors_name_the_step() {
     let whole = run_gen(ok(), &tmp.path().join("a"), None).unwrap();
     assert!(run_gen(ok(), &tmp.path().join("b"), Some(17)).is_err());
     let reg = mechlab::papers::registry();
-    let input: mechlab::commands::Input = Some(Box::new(Generator(Box::new(ok()))));
+    let input: mechlab::commands::Input = Some(Box::new(Handover {
+        generator: Some(Generator(Box::new(ok()))),
+        patterns: None,
+    }));
     let resumed =
         mechlab::commands::resume_with_input(&reg, &tmp.path().join("b"), true, None, input)
             .unwrap();
@@ -524,7 +530,7 @@ fn detectors_and_composition_find_a_hand_built_induction_circuit() {
                 x
             })
             .collect();
-        Probe::new(m, &held, &mask, t, rep, 5, None, None, &pc)
+        Probe::new(m, &held, &mask, t, rep, 5, Vec::new(), None, &pc)
     };
     let m = build(false);
     let e = probe_of(&m).evaluate(&m);
@@ -653,93 +659,4 @@ fn a_transformer_lens_export_imports_bit_for_bit() {
     ]);
     let e = run_cli(&c).unwrap_err().to_string();
     assert!(e.contains("n_heads = 4, the config says 2"), "{e}");
-}
-
-/// `mechlab measure` on a checkpoint gives the record the probe logged at that
-/// step, bit for bit; a paper without the hook says so.
-#[test]
-fn measure_recomputes_the_probe_record_of_any_checkpoint() {
-    let (_, dir) = support::run_kept(
-        "transformer",
-        "transformer",
-        &[
-            "train.steps=40",
-            "run.probe_every=8",
-            "run.checkpoint_every=8",
-        ],
-    );
-    let run = dir.path().join("run");
-    let reg = mechlab::papers::registry();
-    let recs: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|r: &serde_json::Value| r["event"] == "probe")
-        .collect();
-    for step in [8u64, 40] {
-        let v = mechlab::commands::intervene::measure(&reg, &run, Some(step)).unwrap();
-        let logged = recs.iter().find(|r| r["step"] == step).unwrap();
-        let values = v["values"].as_object().unwrap();
-        assert!(values.len() > 40);
-        for (k, x) in values {
-            assert_eq!(
-                x.as_f64().unwrap().to_bits(),
-                logged[k].as_f64().unwrap().to_bits(),
-                "step {step}: {k}"
-            );
-        }
-    }
-    let latest = mechlab::commands::intervene::measure(&reg, &run, None).unwrap();
-    assert_eq!(latest["step"], 40);
-
-    // The attention viewer's slider: earlier checkpoints, each the weights of
-    // the model at that step on the viewer's window.
-    let text = std::fs::read_to_string(run.join("figures/attention.json")).unwrap();
-    let fig: mechlab_report::Figure = serde_json::from_str(&text).unwrap();
-    let mechlab_report::Plot::Attention {
-        tokens,
-        history,
-        step,
-        pattern,
-        ..
-    } = fig.plot
-    else {
-        panic!("not a viewer")
-    };
-    assert_eq!(step, Some(40));
-    let steps: Vec<u64> = history.iter().map(|c| c.step).collect();
-    assert_eq!(steps, [0, 1, 2, 4, 8, 16, 24, 32]);
-    assert_eq!(
-        support::viewer::viewer_matches_activations(&run, "attention"),
-        8
-    );
-    let t = tokens.len();
-    let window: Vec<u32> = {
-        // the viewer's window, read back from its token labels
-        let cfg = std::fs::read_to_string(run.join("config.toml")).unwrap();
-        assert!(cfg.contains("task = \"repeated\""), "{cfg}");
-        tokens.iter().map(|s| s.parse().unwrap()).collect()
-    };
-    for (c, at) in history
-        .iter()
-        .map(|c| (c, Some(c.step)))
-        .chain(std::iter::once((
-            &mechlab_report::AttentionCheckpoint {
-                step: 40,
-                pattern: pattern.clone(),
-            },
-            None,
-        )))
-    {
-        let mut m = mechlab::inspect::load_model(&reg, &run, at).unwrap();
-        let names = ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"];
-        let (_, cache) = m
-            .run_with_cache(
-                &mechlab_engine::hooks::Batch::new(window.clone(), 1, t),
-                &names,
-            )
-            .unwrap();
-        let want: Vec<f64> = names.iter().flat_map(|n| cache[*n].data.clone()).collect();
-        assert_eq!(c.pattern, want, "step {}", c.step);
-    }
 }

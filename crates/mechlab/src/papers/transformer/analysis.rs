@@ -18,13 +18,24 @@ use mechlab_engine::Float;
 
 /// A `[T, T]` detection pattern from a `.npy` file.
 pub fn read_pattern(path: &str, t: usize) -> Result<Vec<f64>, String> {
-    let bad = |e: String| format!("probe.pattern_file = {path:?}: {e}");
+    read_npy_f64(path, &[t, t], "probe.pattern_file = ", "[T, T]")
+}
+
+/// A `.npy` array of shape `want` (named `what` in errors, which start with
+/// `key` and the path) as `f64`.
+pub(crate) fn read_npy_f64(
+    path: &str,
+    want: &[usize],
+    key: &str,
+    what: &str,
+) -> Result<Vec<f64>, String> {
+    let bad = |e: String| format!("{key}{path:?}: {e}");
     let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
     let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| bad(format!("not a .npy file ({e})")))?;
     let shape: Vec<u64> = npy.shape().to_vec();
-    if shape != [t as u64, t as u64] {
+    if !shape.iter().map(|&d| d as usize).eq(want.iter().copied()) {
         return Err(bad(format!(
-            "shape {shape:?}: a detection pattern is [T, T] = [{t}, {t}]"
+            "shape {shape:?}: a detection pattern is {what} = {want:?}"
         )));
     }
     let descr = npy.dtype().descr();
@@ -135,8 +146,8 @@ fn measure_typed<T: Float>(
     let (mut m, loaded) = gpt_at::<T>(cfg, run, step)?;
     loaded.apply_params(&mut m).map_err(LoadError::from)?;
     let data = Data::new(cfg, &run.dir, None).map_err(InterveneError::Invalid)?;
-    let mut probe =
-        probe_for(cfg, &data, &m).map_err(|e| InterveneError::Invalid(e.to_string()))?;
+    let mut probe = probe_for(cfg, &run.dir, &data, &m, None)
+        .map_err(|e| InterveneError::Invalid(e.to_string()))?;
     Ok(super::eval_record(&probe.evaluate(&m), data.bayes))
 }
 
@@ -166,8 +177,8 @@ fn intervene_typed<T: Float>(
     let (mut m, loaded) = gpt_at::<T>(cfg, run, req.step)?;
     loaded.apply_params(&mut m).map_err(LoadError::from)?;
     let data = Data::new(cfg, &run.dir, None).map_err(InterveneError::Invalid)?;
-    let mut probe =
-        probe_for(cfg, &data, &m).map_err(|e| InterveneError::Invalid(e.to_string()))?;
+    let mut probe = probe_for(cfg, &run.dir, &data, &m, None)
+        .map_err(|e| InterveneError::Invalid(e.to_string()))?;
     let fin: Eval = probe.evaluate(&m);
     let t = data.t;
     let n = probe.x.len() / t;

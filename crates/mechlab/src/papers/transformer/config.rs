@@ -241,6 +241,11 @@ pub struct ProbeConfig {
     /// windows' positions), scored for every head as TransformerLens's
     /// `detect_head` scores its built-in ones.
     pub pattern_file: String,
+    /// Detection patterns from Python functions of each held-out window
+    /// (`mechlab.train(patterns={name: fn})`), evaluated once and stored in
+    /// the run's `inputs/pattern_{name}.npy` `[n_eval, T, T]`; logged as
+    /// `custom_{name}.l{l}.h{h}`.
+    pub pattern_fns: Vec<String>,
     /// The in-context learning score compares the mean loss at positions
     /// `icl_late ± icl_window` with `icl_early ± icl_window` (0: the last).
     pub icl_early: usize,
@@ -254,6 +259,7 @@ impl Default for ProbeConfig {
             n_eval: 64,
             rep_len: 0,
             pattern_file: String::new(),
+            pattern_fns: Vec::new(),
             icl_early: 4,
             icl_late: 0,
             icl_window: 2,
@@ -348,6 +354,21 @@ pub fn check(cfg: &TransformerConfig) -> Result<(), String> {
             "data.bpe_vocab = {}: must be 257..=65536 (the 256 bytes and at least one merge)",
             d.bpe_vocab
         ));
+    }
+    for (i, name) in cfg.probe.pattern_fns.iter().enumerate() {
+        let ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(format!(
+                "probe.pattern_fns[{i}] = {name:?}: a pattern's name is letters, digits and _, not starting with a digit"
+            ));
+        }
+        if cfg.probe.pattern_fns[..i].contains(name) {
+            return Err(format!("probe.pattern_fns[{i}] = {name:?}: named twice"));
+        }
     }
     if cfg.probe.n_eval == 0 || cfg.probe.n_eval > 65536 {
         return Err(format!(

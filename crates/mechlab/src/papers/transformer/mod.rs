@@ -36,9 +36,10 @@ use crate::train::{fit, TrainError, Trainable};
 use config::TransformerConfig;
 use mechlab_engine::gpt::{Gpt, Workspace};
 use mechlab_engine::{Float, Parameters};
-use probes::{Eval, Probe, DETECTORS};
+use probes::{CustomPattern, Eval, Probe};
 use rand::Rng;
-use source::{Data, Generator};
+use source::{Data, Handover, PatternFn};
+use std::path::{Path, PathBuf};
 
 /// The model with its feed of training batches: what the trainer trains.
 pub struct Learner<T: Float> {
@@ -198,18 +199,25 @@ fn repeated_probe(cfg: &TransformerConfig, t: usize, ids: &[u32]) -> (Vec<u32>, 
     (out, rep_len)
 }
 
-/// The run's probe: held-out windows, the repeated-token sequences and the custom pattern.
+/// The run's probe: held-out windows, the repeated-token sequences and the
+/// custom patterns (`fns` computes those of `probe.pattern_fns` on a fresh run;
+/// afterwards they are read from the run folder `dir`).
 pub(crate) fn probe_for<T: Float>(
     cfg: &TransformerConfig,
+    dir: &Path,
     data: &Data,
     model: &Gpt<T>,
+    fns: Option<Box<dyn PatternFn>>,
 ) -> Result<Probe<T>, ExperimentError> {
     let t = data.t;
-    let custom = if cfg.probe.pattern_file.is_empty() {
-        None
-    } else {
-        Some(analysis::read_pattern(&cfg.probe.pattern_file, t).map_err(bad)?)
-    };
+    let mut custom = Vec::new();
+    if !cfg.probe.pattern_file.is_empty() {
+        custom.push(CustomPattern {
+            key: "custom".into(),
+            pattern: analysis::read_pattern(&cfg.probe.pattern_file, t).map_err(bad)?,
+        });
+    }
+    custom.extend(pattern_fns(cfg, dir, data, fns).map_err(bad)?);
     let (rep, rep_len) = repeated_probe(cfg, t, &data.ids());
     Ok(Probe::new(
         model,
@@ -224,6 +232,90 @@ pub(crate) fn probe_for<T: Float>(
     ))
 }
 
+/// The file that holds pattern `name` of `probe.pattern_fns`.
+fn pattern_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(source::INPUTS).join(format!("pattern_{name}.npy"))
+}
+
+/// The patterns of `probe.pattern_fns`, one `[T, T]` per held-out window:
+/// `fns` evaluates them on the held-out inputs and they are stored in the run
+/// folder (so resume, `measure` and `intervene` read the same numbers without
+/// Python); without `fns` they are read back.
+fn pattern_fns(
+    cfg: &TransformerConfig,
+    dir: &Path,
+    data: &Data,
+    fns: Option<Box<dyn PatternFn>>,
+) -> Result<Vec<CustomPattern>, String> {
+    let names = &cfg.probe.pattern_fns;
+    let (t, w) = (data.t, data.t + 1);
+    let n = data.heldout.len() / w;
+    if let (Some(mut f), false) = (fns, names.is_empty()) {
+        let x: Vec<u32> = data
+            .heldout
+            .chunks_exact(w)
+            .flat_map(|r| r[..t].iter().copied())
+            .collect();
+        let got = f.call(&x, n, t)?;
+        for name in names {
+            let Some((_, p)) = got.iter().find(|(k, _)| k == name) else {
+                return Err(format!(
+                    "probe.pattern_fns names {name:?}, which the patterns handed over lack"
+                ));
+            };
+            if p.len() != n * t * t || p.iter().any(|v| !v.is_finite()) {
+                return Err(format!(
+                    "pattern {name:?}: {} values (finite: {}), expected [n, T, T] = [{n}, {t}, {t}] finite values",
+                    p.len(),
+                    p.iter().all(|v| v.is_finite())
+                ));
+            }
+            let path = pattern_path(dir, name);
+            let mut bytes = Vec::new();
+            {
+                use npyz::WriterBuilder;
+                let mut wr = npyz::WriteOptions::<f64>::new()
+                    .default_dtype()
+                    .shape(&[n as u64, t as u64, t as u64])
+                    .writer(&mut bytes)
+                    .begin_nd()
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                wr.extend(p.iter().copied())
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                wr.finish()
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            crate::run::atomic::write(&path, &bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    names
+        .iter()
+        .map(|name| {
+            let path = pattern_path(dir, name);
+            if !path.exists() {
+                return Err(format!(
+                    "probe.pattern_fns names {name:?}, whose patterns are not in {}: pass patterns={{{name:?}: fn}} to mechlab.train",
+                    path.display()
+                ));
+            }
+            Ok(CustomPattern {
+                key: format!("custom_{name}"),
+                pattern: analysis::read_npy_f64(
+                    &path.display().to_string(),
+                    &[n, t, t],
+                    &format!("probe.pattern_fns {name:?}: "),
+                    "[n_eval, T, T]",
+                )?,
+            })
+        })
+        .collect()
+}
+
 /// The metrics record of one probe (`metrics.jsonl`, event `probe`).
 pub(crate) fn eval_record(e: &Eval, bayes: Option<f64>) -> Vec<(String, f64)> {
     let mut rec = vec![
@@ -236,7 +328,7 @@ pub(crate) fn eval_record(e: &Eval, bayes: Option<f64>) -> Vec<(String, f64)> {
     if let Some(v) = e.icl {
         rec.push(("icl".into(), v));
     }
-    let names: Vec<&str> = DETECTORS.iter().copied().chain(["custom"]).collect();
+    let names = &e.detector_names;
     for (d, dl) in e.detectors.iter().enumerate() {
         for (l, hs) in dl.iter().enumerate() {
             for (h, v) in hs.iter().enumerate() {
@@ -270,11 +362,12 @@ fn run_typed<T: Float>(
     cfg: &TransformerConfig,
     ctx: &mut RunCtx,
 ) -> Result<Summary, ExperimentError> {
-    let gen = ctx
+    let given = ctx
         .take_input()
-        .and_then(|b| b.downcast::<Generator>().ok())
-        .map(|b| *b);
-    let data = Data::new(cfg, ctx.dir(), gen).map_err(bad)?;
+        .and_then(|b| b.downcast::<Handover>().ok())
+        .map(|b| *b)
+        .unwrap_or_default();
+    let data = Data::new(cfg, ctx.dir(), given.generator).map_err(bad)?;
     let gcfg = cfg.model.gpt(data.t, data.d_vocab);
     if gcfg.n_ctx < data.t {
         return Err(bad(format!(
@@ -301,7 +394,7 @@ fn run_typed<T: Float>(
             .iter_mut()
             .for_each(|x| *x = T::zero());
     }
-    let mut probe = probe_for(cfg, &data, &model)?;
+    let mut probe = probe_for(cfg, ctx.dir(), &data, &model, given.patterns)?;
     let mut learner = Learner::new(model, data, cfg.data.batch, cfg.data.shuffle_targets);
     let bayes = learner.data.bayes;
     let mut probe_fn = |l: &mut Learner<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {

@@ -48,8 +48,8 @@ pub struct Probe<T: Float> {
     /// Repeated random sequences `[n, 2·rep_len + 1]`.
     rep: Vec<u32>,
     pub rep_len: usize,
-    /// The researcher's detection pattern `[T, T]`, if any.
-    pub custom: Option<Vec<f64>>,
+    /// The researcher's detection patterns.
+    pub custom: Vec<CustomPattern>,
     /// Mean Bayes loss over the held-out targets, where the task has one.
     pub bayes: Option<f64>,
     early: Range<usize>,
@@ -60,15 +60,26 @@ pub struct Probe<T: Float> {
     ws_rep: Workspace<T>,
 }
 
+/// A detection pattern of the researcher's: `[T, T]` for every window, or
+/// `[n, T, T]`, one per held-out window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomPattern {
+    /// Its metrics key: `custom` (`probe.pattern_file`) or `custom_{name}`.
+    pub key: String,
+    pub pattern: Vec<f64>,
+}
+
 /// One probe's numbers.
 #[derive(Clone, Debug, Default)]
 pub struct Eval {
+    /// The key of each of `detectors`: [`DETECTORS`], then the custom patterns'.
+    pub detector_names: Vec<String>,
     pub loss: f64,
     pub accuracy: f64,
     /// Mean loss at every position over the targets there (NaN where none is).
     pub per_pos: Vec<f64>,
     pub icl: Option<f64>,
-    /// `[detector][layer][head]`, [`DETECTORS`] then the custom pattern.
+    /// `[detector][layer][head]`, [`DETECTORS`] then the custom patterns.
     pub detectors: Vec<Vec<Vec<f64>>>,
     /// Induction score on repeated random tokens, `[layer][head]`.
     pub rep_induction: Vec<Vec<f64>>,
@@ -105,7 +116,7 @@ impl<T: Float> Probe<T> {
         t: usize,
         rep: Vec<u32>,
         rep_len: usize,
-        custom: Option<Vec<f64>>,
+        custom: Vec<CustomPattern>,
         bayes: Option<f64>,
         cfg: &ProbeConfig,
     ) -> Self {
@@ -143,7 +154,7 @@ impl<T: Float> Probe<T> {
         let v = c.d_vocab;
         let (mut sum, mut hits, mut count) = (0.0, 0.0, 0.0f64);
         let (mut pos_sum, mut pos_n) = (vec![0.0; t], vec![0.0; t]);
-        let n_det = DETECTORS.len() + usize::from(self.custom.is_some());
+        let n_det = DETECTORS.len() + self.custom.len();
         let mut det = vec![vec![vec![0.0; c.n_heads]; c.n_layers]; n_det];
         let mut pat = vec![0.0; t * t];
         for s in 0..n {
@@ -165,7 +176,11 @@ impl<T: Float> Probe<T> {
             for (d, dl) in det.iter_mut().enumerate() {
                 match d {
                     0..=2 => detection_pattern(d, toks, &mut pat),
-                    _ => pat.copy_from_slice(self.custom.as_ref().expect("custom")),
+                    _ => {
+                        let c = &self.custom[d - DETECTORS.len()].pattern;
+                        let at = if c.len() == t * t { 0 } else { s * t * t };
+                        pat.copy_from_slice(&c[at..at + t * t]);
+                    }
                 }
                 for (l, dh) in dl.iter_mut().enumerate() {
                     let a = w.pattern(l, i);
@@ -187,6 +202,11 @@ impl<T: Float> Probe<T> {
         let lens = self.lens(model, n, t);
         let dla = self.dla(model, n, t);
         Eval {
+            detector_names: DETECTORS
+                .iter()
+                .map(|d| d.to_string())
+                .chain(self.custom.iter().map(|c| c.key.clone()))
+                .collect(),
             loss: sum / count.max(1.0),
             accuracy: hits / count.max(1.0),
             per_pos,

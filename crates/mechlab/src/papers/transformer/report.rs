@@ -3,7 +3,7 @@
 //! whole history), heads × steps.
 
 use super::config::TransformerConfig;
-use super::probes::{Eval, Probe, DETECTORS};
+use super::probes::{Eval, Probe};
 use super::Learner;
 use crate::experiment::ExperimentError;
 use crate::run::checkpoint;
@@ -123,6 +123,13 @@ pub fn figures<T: Float>(
     ];
     for (key, title, cap) in detectors {
         if let Some(fig) = heads_by_steps(&recs, key, dims, title, cap) {
+            ctx.figure(&fig)?;
+        }
+    }
+    for name in &cfg.probe.pattern_fns {
+        let title = format!("Your detection pattern `{name}` per head");
+        let cap = format!("The pattern mechlab.train's patterns[{name:?}] gave for each held-out window, scored as TransformerLens scores its own patterns.");
+        if let Some(fig) = heads_by_steps(&recs, &format!("custom_{name}"), dims, &title, &cap) {
             ctx.figure(&fig)?;
         }
     }
@@ -341,12 +348,11 @@ pub fn summary<T: Float>(
     if let Some(v) = fin.icl {
         s.metric("icl", v);
     }
-    let names: Vec<&str> = DETECTORS.iter().copied().chain(["custom"]).collect();
     let mut tables: Vec<(&str, &Vec<Vec<f64>>)> = fin
-        .detectors
+        .detector_names
         .iter()
-        .enumerate()
-        .map(|(d, x)| (names[d], x))
+        .map(|n| n.as_str())
+        .zip(&fin.detectors)
         .collect();
     tables.push(("rep_induction", &fin.rep_induction));
     for (name, table) in tables {

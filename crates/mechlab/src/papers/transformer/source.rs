@@ -30,9 +30,23 @@ pub trait BatchFn: Send {
     fn call(&mut self, step: i64) -> Result<GenBatch, String>;
 }
 
-/// What a caller hands a `transformer` run besides its config
-/// ([`crate::run::RunCtx::set_input`]) when `data.inputs = "generator"`.
+/// A batch generator handed over from outside, for `data.inputs = "generator"`.
 pub struct Generator(pub Box<dyn BatchFn>);
+
+/// Detection patterns computed outside (Python's `patterns={name: fn}`): for
+/// the held-out inputs `x` (`[n, T]`), each name of `probe.pattern_fns` with
+/// its patterns `[n, T, T]`.
+pub trait PatternFn: Send {
+    fn call(&mut self, x: &[u32], n: usize, t: usize) -> Result<Vec<(String, Vec<f64>)>, String>;
+}
+
+/// What a caller hands a `transformer` run besides its config
+/// ([`crate::run::RunCtx::set_input`]).
+#[derive(Default)]
+pub struct Handover {
+    pub generator: Option<Generator>,
+    pub patterns: Option<Box<dyn PatternFn>>,
+}
 
 enum Feed {
     Task(Box<Task>, ChaCha8Rng),
