@@ -292,3 +292,38 @@ fn bad_requests_are_errors() {
         }
     }
 }
+
+/// A hook function (resolved into a patch by a forward up to its point) is the
+/// patch of its result: the identity changes nothing, and doubling one head's
+/// output is the patch of the doubled activation at that head alone.
+#[test]
+fn hook_functions_are_the_patch_of_their_result() {
+    use mechlab_engine::hooks::{HookFn, Tensor};
+    use std::sync::Arc;
+    let mut bert = tiny();
+    let b = batch();
+    let name = "blocks.0.attn.hook_z";
+    let (out, cache) = bert.run_with_cache(&b, &[name]).unwrap();
+    let call = |f: fn(&Tensor) -> Result<Tensor, String>| Ablation::Call(HookFn(Arc::new(f)));
+    let same = bert
+        .run_with_hooks(&b, &[hook(name, call(|t| Ok(t.clone())))])
+        .unwrap();
+    assert_eq!(same, out);
+    let twice = |t: &Tensor| {
+        Ok(Tensor::new(
+            t.shape.clone(),
+            t.data.iter().map(|x| 2.0 * x).collect(),
+        ))
+    };
+    let mut h = hook(name, call(twice));
+    h.heads = Some(vec![1]);
+    let by_fn = bert.run_with_hooks(&b, &[h.clone()]).unwrap();
+    h.ablation = Ablation::Patch(twice(&cache[name]).unwrap());
+    assert_eq!(bert.run_with_hooks(&b, &[h]).unwrap(), by_fn);
+    assert_ne!(by_fn, out);
+    let e = bert
+        .run_with_hooks(&b, &[hook(name, call(|_| Ok(Tensor::zeros(vec![2]))))])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(name) && e.contains("returned shape [2]"), "{e}");
+}

@@ -199,7 +199,9 @@ fn apply(hook: &Hook, site: Site, x: &mut [f32], b: usize, cfg: &super::BertConf
     let patch = match &hook.ablation {
         Ablation::Patch(p) => Some(&p.data[b * x.len()..(b + 1) * x.len()]),
         Ablation::Zero => None,
-        Ablation::Mean => unreachable!("Mean hooks are resolved to patches before the forward"),
+        Ablation::Mean | Ablation::Call(_) => {
+            unreachable!("Mean and Call hooks are resolved to patches before the forward")
+        }
     };
     let head_ok = |h: usize| hook.heads.as_ref().is_none_or(|hs| hs.contains(&h));
     let pos_ok = |p: usize| hook.positions.as_ref().is_none_or(|ps| ps.contains(&p));
@@ -258,10 +260,11 @@ impl HookedModel for Bert {
             self.check_hook(h, s, batch)?;
             sites.push(s);
         }
-        // Resolve Mean hooks in forward order: each sees the hooks acting before it.
+        // Resolve Mean and Call hooks in forward order into patches: each sees
+        // the hooks acting before it, by one forward up to its site.
         let mut resolved: Vec<Hook> = hooks.to_vec();
         let mut order: Vec<usize> = (0..hooks.len())
-            .filter(|&i| hooks[i].ablation == Ablation::Mean)
+            .filter(|&i| matches!(hooks[i].ablation, Ablation::Mean | Ablation::Call(_)))
             .collect();
         order.sort_by_key(|&i| (sites[i], i));
         for i in order {
@@ -271,6 +274,25 @@ impl HookedModel for Bert {
                 .collect();
             let (_, acts) = self.forward_batch(batch, &before, &[sites[i]]);
             let act = &acts[0];
+            if let Ablation::Call(f) = &hooks[i].ablation {
+                let name = &hooks[i].name;
+                let invalid = |reason: String| HookError::Invalid {
+                    name: name.clone(),
+                    reason,
+                };
+                let new = (f.0)(act).map_err(invalid)?;
+                if new.shape != act.shape {
+                    return Err(invalid(format!(
+                        "the hook function returned shape {:?}, the activation {:?}",
+                        new.shape, act.shape
+                    )));
+                }
+                // the function's values where the hook selects, the activation's elsewhere
+                let mut h = hooks[i].clone();
+                h.ablation = Ablation::Patch(new);
+                resolved[i] = h;
+                continue;
+            }
             let per = act.numel() / batch.batch;
             let mut mean = vec![0.0; per];
             for row in act.data.chunks_exact(per) {

@@ -125,6 +125,27 @@ pub fn layout_of(name: &str) -> Option<&'static str> {
     })
 }
 
+/// A function of an activation that returns its replacement (the same
+/// shape), as TransformerLens's hook functions are: Python's
+/// `fwd_hooks=[(name, fn)]`. An `Err` stops the forward with that message.
+pub type HookFnBox = dyn Fn(&Tensor) -> Result<Tensor, String> + Send + Sync;
+
+/// A [`HookFnBox`] shared by the hook and its copies; equal only to itself.
+#[derive(Clone)]
+pub struct HookFn(pub std::sync::Arc<HookFnBox>);
+
+impl std::fmt::Debug for HookFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookFn(..)")
+    }
+}
+
+impl PartialEq for HookFn {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// What an intervention writes into an activation.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Ablation {
@@ -136,6 +157,9 @@ pub enum Ablation {
     /// Replace the selected entries by this tensor's (same shape as the activation:
     /// activation patching from another run, or resample ablation).
     Patch(Tensor),
+    /// Replace the selected entries by those of the function's result on the
+    /// whole activation (which must keep its shape).
+    Call(HookFn),
 }
 
 /// One intervention on a named activation, optionally restricted to some heads

@@ -139,14 +139,28 @@ pub fn apply(t: &mut Tensor, hook: &Hook, axes: Axes) -> Result<(), HookError> {
     let name = hook.name.as_str();
     let heads = check_indices(name, "head", &hook.heads, axes.head, &t.shape)?;
     let pos = check_indices(name, "position", &hook.positions, axes.pos, &t.shape)?;
-    if let Ablation::Patch(p) = &hook.ablation {
+    let called;
+    let patch = match &hook.ablation {
+        Ablation::Patch(p) => Some(p),
+        Ablation::Call(f) => {
+            called = (f.0)(t).map_err(|reason| HookError::Invalid {
+                name: name.to_string(),
+                reason,
+            })?;
+            Some(&called)
+        }
+        Ablation::Zero | Ablation::Mean => None,
+    };
+    if let Some(p) = patch {
         if p.shape != t.shape {
+            let what = if matches!(hook.ablation, Ablation::Call(_)) {
+                "the hook function returned"
+            } else {
+                "patch has"
+            };
             return Err(HookError::Invalid {
                 name: name.to_string(),
-                reason: format!(
-                    "patch has shape {:?}, the activation {:?}",
-                    p.shape, t.shape
-                ),
+                reason: format!("{what} shape {:?}, the activation {:?}", p.shape, t.shape),
             });
         }
     }
@@ -177,10 +191,10 @@ pub fn apply(t: &mut Tensor, hook: &Hook, axes: Axes) -> Result<(), HookError> {
         if !selected(flat) {
             continue;
         }
-        t.data[flat] = match &hook.ablation {
-            Ablation::Zero => 0.0,
-            Ablation::Mean => mean[flat % per],
-            Ablation::Patch(p) => p.data[flat],
+        t.data[flat] = match (&hook.ablation, patch) {
+            (Ablation::Mean, _) => mean[flat % per],
+            (_, Some(p)) => p.data[flat],
+            (_, None) => 0.0,
         };
     }
     Ok(())

@@ -11,7 +11,7 @@ use mechlab::papers::selection::model::{ModelConfig, SelectionModel};
 use mechlab::papers::topic::data::{self as tdata, LdaConfig, LdaModel, MlmSet, NO_LABEL};
 use mechlab::papers::topic::model::*;
 use mechlab::rng::{stream, Stream};
-use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
+use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookFn, HookedModel, Tensor};
 use mechlab_engine::{Float, Parameters};
 use std::sync::Arc;
 
@@ -47,7 +47,12 @@ fn hook(name: &str, ablation: Ablation) -> Hook {
 
 /// The checks every model shares: empty cache, unknown names, pattern rows,
 /// and each intervention kind on every point.
-fn common(m: &mut dyn HookedModel, batch: &Batch, corrupt: &Batch, exact_points: &[&str]) {
+pub(crate) fn common(
+    m: &mut dyn HookedModel,
+    batch: &Batch,
+    corrupt: &Batch,
+    exact_points: &[&str],
+) {
     let names: Vec<String> = m.hook_points().iter().map(|p| p.name.clone()).collect();
     let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
     let (y, empty) = m.run_with_cache(batch, &[]).unwrap();
@@ -117,7 +122,50 @@ fn common(m: &mut dyn HookedModel, batch: &Batch, corrupt: &Batch, exact_points:
         assert!(m
             .run_with_hooks(batch, &[hook(name, Ablation::Patch(wrong))])
             .is_err());
+        hook_functions(m, batch, name, clean, &y);
     }
+}
+
+fn call(f: impl Fn(&Tensor) -> Result<Tensor, String> + Send + Sync + 'static) -> Ablation {
+    Ablation::Call(HookFn(Arc::new(f)))
+}
+
+/// A hook function (Python's `fwd_hooks`) gets the activation and its result
+/// replaces it: the identity changes nothing, doubling is the patch of the
+/// doubled activation, and a failing or misshapen function is an error naming
+/// the hook.
+fn hook_functions(m: &mut dyn HookedModel, batch: &Batch, name: &str, clean: &Tensor, y: &Tensor) {
+    let same = m
+        .run_with_hooks(batch, &[hook(name, call(|t| Ok(t.clone())))])
+        .unwrap();
+    assert_eq!(&same, y, "{name}: the identity function");
+    let twice = |t: &Tensor| Tensor::new(t.shape.clone(), t.data.iter().map(|x| 2.0 * x).collect());
+    let by_fn = m
+        .run_with_hooks(batch, &[hook(name, call(move |t| Ok(twice(t))))])
+        .unwrap();
+    let by_patch = m
+        .run_with_hooks(batch, &[hook(name, Ablation::Patch(twice(clean)))])
+        .unwrap();
+    assert_eq!(
+        by_fn, by_patch,
+        "{name}: a function is the patch of its result"
+    );
+    let e = m
+        .run_with_hooks(
+            batch,
+            &[hook(name, call(|_| Err("it raised: boom".into())))],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(name) && e.contains("boom"), "{e}");
+    let e = m
+        .run_with_hooks(batch, &[hook(name, call(|_| Ok(Tensor::zeros(vec![1]))))])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(name) && e.contains("the hook function returned shape [1]"),
+        "{e}"
+    );
 }
 
 fn markov(n: usize, l: usize, seed: u64) -> (Vec<u8>, Batch) {
@@ -477,4 +525,26 @@ fn topic_inputs_are_checked() {
             Err(HookError::Input(_))
         ));
     }
+}
+
+/// The general transformer: every hook point, with MLPs and LayerNorm.
+#[test]
+fn gpt_takes_every_kind_of_hook() {
+    use mechlab_engine::gpt::{Gpt, GptConfig};
+    let cfg = GptConfig {
+        n_layers: 2,
+        d_model: 8,
+        n_heads: 2,
+        d_head: 4,
+        d_mlp: 16,
+        attn_only: false,
+        n_ctx: 6,
+        d_vocab: 7,
+        ..GptConfig::default()
+    };
+    let mut m = Gpt::<f64>::new(&cfg, &mut stream(3, Stream::Init)).unwrap();
+    perturb(&mut m, 0.1);
+    let batch = Batch::new(vec![1, 2, 3, 1, 2, 4, 0, 5, 6, 0, 5, 3], 2, 6);
+    let corrupt = Batch::new(vec![3, 2, 1, 6, 2, 4, 0, 1, 6, 0, 2, 3], 2, 6);
+    common(&mut m, &batch, &corrupt, &["hook_embed"]);
 }
