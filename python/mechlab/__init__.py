@@ -22,16 +22,19 @@ from ._errors import (
     SweepFolderError,
     VerdictError,
 )
-from ._model import Hook, Model, Pretrained
+from ._cache import ActivationCache, act_name
+from ._model import Hook, HookPoint, Model, Pretrained
 from ._native import __version__
 from ._run import Run, Sweep
 from ._train import train
 
 __all__ = [
+    "ActivationCache",
     "CheckpointError",
     "ConfigError",
     "Hook",
     "HookError",
+    "HookPoint",
     "MechlabError",
     "Model",
     "Pretrained",
@@ -41,6 +44,7 @@ __all__ = [
     "SweepFolderError",
     "VerdictError",
     "__version__",
+    "act_name",
     "config",
     "detect_head",
     "load",

@@ -1,12 +1,22 @@
-"""A trained model from Python: hook points, run_with_cache, run_with_hooks."""
+"""A trained model from Python, used the way TransformerLens's
+``HookedTransformer`` is: hook points, ``run_with_cache`` (an
+``ActivationCache``), ``run_with_hooks`` with hook functions or ablations, the
+``hooks(...)`` context, ``model(tokens, return_type=...)``, ``model.cfg`` and
+the weights in TransformerLens's shapes (``W_Q`` ``[n_layers, n_heads,
+d_model, d_head]``...)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import types
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
+from . import _native
+from ._cache import ActivationCache
 from ._errors import HookError
 
 ArrayLike = Any
@@ -39,14 +49,49 @@ def _targets(targets: Optional[ArrayLike]) -> Optional[np.ndarray]:
     return None if targets is None else np.ascontiguousarray(np.asarray(targets), dtype=np.int64)
 
 
+class HookPoint:
+    """What a hook function gets as ``hook``: the point's ``name`` (as
+    TransformerLens's ``HookPoint``, whose ``name`` hook functions read)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"HookPoint({self.name!r})"
+
+
+def _hook_fn(name: str, fn: Callable[..., Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """The native side's ``call(activation)``: ``fn(activation, hook)`` on a
+    writable copy; its result, or the copy it changed in place when it returns
+    ``None`` (as TransformerLens allows), goes back as float64."""
+    point = HookPoint(name)
+
+    def call(act: np.ndarray) -> np.ndarray:
+        a = np.array(act)
+        out = fn(a, hook=point)
+        r = np.asarray(a if out is None else out)
+        if r.shape != a.shape:
+            raise HookError(f"hook `{name}`: the hook function returned shape {r.shape}, the activation is {a.shape}")
+        return np.ascontiguousarray(r, dtype=np.float64)
+
+    return call
+
+
 def _hook(h: Any) -> Dict[str, Any]:
+    if isinstance(h, tuple) and len(h) == 2 and callable(h[1]):
+        name, fn = h
+        if not isinstance(name, str):
+            raise HookError(f"a hook function's point is a hook name, got {type(name).__name__}")
+        return {"name": name, "ablation": fn, "_fn": True}
     if isinstance(h, dict):
         d = dict(h)
     elif hasattr(h, "name"):
         d = {k: getattr(h, k) for k in ("name", "ablation", "heads", "positions") if hasattr(h, k)}
     else:
         raise HookError(f"a hook is a dict or an object with a `name`, got {type(h).__name__}")
-    if isinstance(d.get("ablation"), np.ndarray) or isinstance(d.get("ablation"), (list, tuple)):
+    if callable(d.get("ablation")):
+        d["_fn"] = True
+    elif isinstance(d.get("ablation"), np.ndarray) or isinstance(d.get("ablation"), (list, tuple)):
         d["ablation"] = np.ascontiguousarray(d["ablation"], dtype=np.float64)
     return d
 
@@ -60,6 +105,8 @@ class Model:
         self._m = native
         self.run_dir = run_dir
         self._points: Optional[Set[str]] = None
+        self._context: List[Any] = []
+        self._tl: Optional[Tuple[Dict[str, np.ndarray], Dict[str, Any]]] = None
 
     def __repr__(self) -> str:
         return f"Model({str(self.run_dir)!r}, step={self.step})"
@@ -90,6 +137,35 @@ class Model:
         alias = name[len("embed.") :] if name.startswith("embed.") else "embed." + name
         return alias if alias in points else name  # the native side raises HookError naming the closest
 
+    def _wanted(self, names_filter: Union[None, str, Sequence[str], Callable[[str], bool]]) -> List[str]:
+        every = [p["name"] for p in self.hook_points()]
+        if names_filter is None:
+            return every
+        if isinstance(names_filter, str):
+            return [names_filter]
+        if callable(names_filter):
+            return [n for n in every if names_filter(n)]
+        return list(names_filter)
+
+    def _hooks(self, hooks: Sequence[Any]) -> List[Dict[str, Any]]:
+        """The native hook dicts of ``hooks`` after the ``hooks(...)`` context's;
+        a hook function whose point is a predicate on names acts at every point
+        it accepts."""
+        out: List[Dict[str, Any]] = []
+        every: Optional[List[str]] = None
+        for h in [*self._context, *hooks]:
+            if isinstance(h, tuple) and len(h) == 2 and callable(h[0]) and callable(h[1]):
+                every = every if every is not None else [p["name"] for p in self.hook_points()]
+                out.extend(_hook((n, h[1])) for n in every if h[0](n))
+                continue
+            out.append(_hook(h))
+        for d in out:
+            if isinstance(d.get("name"), str):
+                d["name"] = self._name(d["name"])
+            if d.pop("_fn", False):
+                d["ablation"] = _hook_fn(d["name"], d["ablation"])
+        return out
+
     def run_with_cache(
         self,
         inputs: ArrayLike,
@@ -97,37 +173,202 @@ class Model:
         targets: Optional[ArrayLike] = None,
         *,
         names: Optional[Sequence[str]] = None,
-    ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        return_type: Optional[str] = "logits",
+    ) -> Tuple[Any, ActivationCache]:
         """Forward pass on token ids ``[batch, seq]`` (or one sequence), recording
         the hook points ``names_filter`` picks, as TransformerLens takes it: a
         name, a list of names, or a predicate on names (every hook point when
-        ``None``). ``names`` is the same as a list. Returns ``(output, {name:
-        array})``, keyed by the names as asked."""
+        ``None``). ``names`` is the same as a list. Returns ``(output, cache)``,
+        the cache an ``ActivationCache`` keyed by the names as asked (also
+        ``cache["pattern", 0]``); ``return_type`` as for ``model(...)``. Hooks of
+        an enclosing ``hooks(...)`` act first."""
         if names is not None:
             if names_filter is not None:
                 raise TypeError("run_with_cache: give names_filter or names, not both")
             names_filter = names
-        every = [p["name"] for p in self.hook_points()]
-        if names_filter is None:
-            wanted = every
-        elif isinstance(names_filter, str):
-            wanted = [names_filter]
-        elif callable(names_filter):
-            wanted = [n for n in every if names_filter(n)]
-        else:
-            wanted = list(names_filter)
+        wanted = self._wanted(names_filter)
         ours = [self._name(n) for n in wanted]
-        out, cache = self._m.run_with_cache(_tokens(inputs), ours, _targets(targets))
-        return out, {asked: cache[our] for asked, our in zip(wanted, ours)}
+        x = _tokens(inputs)
+        hooks = self._hooks([])
+        if hooks:
+            out, cache = self._m.run_hooked(x, hooks, ours, _targets(targets))
+        else:
+            out, cache = self._m.run_with_cache(x, ours, _targets(targets))
+        acts = {asked: cache[our] for asked, our in zip(wanted, ours)}
+        return self._output(out, x, return_type), ActivationCache(acts, self, x)
 
-    def run_with_hooks(self, inputs: ArrayLike, hooks: Sequence[Any], targets: Optional[ArrayLike] = None) -> np.ndarray:
-        """Forward pass with ``hooks`` (``Hook`` objects or dicts with the same
-        keys) applied in order; returns the output."""
-        ds = [_hook(h) for h in hooks]
-        for d in ds:
-            if isinstance(d.get("name"), str):
-                d["name"] = self._name(d["name"])
-        return self._m.run_with_hooks(_tokens(inputs), ds, _targets(targets))
+    def run_with_hooks(
+        self,
+        inputs: ArrayLike,
+        hooks: Sequence[Any] = (),
+        targets: Optional[ArrayLike] = None,
+        *,
+        fwd_hooks: Sequence[Any] = (),
+        return_type: Optional[str] = "logits",
+    ) -> Any:
+        """Forward pass with ``hooks`` and ``fwd_hooks`` applied in order;
+        returns the output (``return_type`` as for ``model(...)``). A hook is
+        TransformerLens's ``(name, fn)``, where ``fn(activation, hook)`` returns
+        the changed array (or changes it in place and returns ``None``) and
+        ``name`` may be a predicate on names, or a ``Hook`` (or dict) that
+        zero-, mean- or patch-ablates. A hook function runs with the GIL held
+        only while it runs; if it raises, the forward stops with its traceback."""
+        x = _tokens(inputs)
+        out = self._m.run_with_hooks(x, self._hooks([*hooks, *fwd_hooks]), _targets(targets))
+        return self._output(out, x, return_type)
+
+    @contextlib.contextmanager
+    def hooks(self, fwd_hooks: Sequence[Any] = (), reset_hooks_end: bool = True) -> Iterator["Model"]:
+        """A context in which ``fwd_hooks`` act on every forward of this model
+        (``model(...)``, ``run_with_hooks``, ``run_with_cache``), as
+        TransformerLens's ``model.hooks(fwd_hooks=...)``."""
+        before = list(self._context)
+        self._context.extend(fwd_hooks)
+        try:
+            yield self
+        finally:
+            if reset_hooks_end:
+                self._context = before
+
+    def __call__(self, inputs: ArrayLike, return_type: Optional[str] = "logits", loss_per_token: bool = False) -> Any:
+        """The forward pass, as TransformerLens's ``model(tokens, return_type=...)``:
+        ``"logits"`` (the output), ``"loss"`` (the mean next-token cross-entropy
+        of a language model, ``[batch, pos − 1]`` with ``loss_per_token``),
+        ``"both"`` (``(logits, loss)``) or ``None``. Hooks of an enclosing
+        ``hooks(...)`` act."""
+        x = _tokens(inputs)
+        out = self._m.run_with_hooks(x, self._hooks([]), None)
+        return self._output(out, x, return_type, loss_per_token)
+
+    def _output(self, logits: np.ndarray, x: np.ndarray, return_type: Optional[str], per_token: bool = False) -> Any:
+        if return_type is None:
+            return None
+        if return_type == "logits":
+            return logits
+        if return_type not in ("loss", "both"):
+            raise ValueError(f"return_type {return_type!r}: expected 'logits', 'loss', 'both' or None")
+        if logits.ndim != 3 or logits.shape[:2] != x.shape:
+            raise HookError(
+                f"return_type={return_type!r}: the loss is a language model's, over [batch, pos, d_vocab] logits; "
+                f"this model's output is {self.output_layout}"
+            )
+        lp = logits[:, :-1].astype(np.float64)
+        lp = lp - lp.max(-1, keepdims=True)
+        lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
+        nll = -np.take_along_axis(lp, x[:, 1:, None], -1)[..., 0]
+        loss = nll if per_token else nll.mean()
+        return loss if return_type == "loss" else (logits, loss)
+
+    # TransformerLens's config and weights
+
+    def _lens(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+        if self._tl is None:
+            state, cfg = _native.transformer_lens_state(self.run_dir, self.step)
+            self._tl = (state, json.loads(cfg))
+        return self._tl
+
+    @property
+    def cfg(self) -> Any:
+        """TransformerLens's ``HookedTransformerConfig`` keys of the model
+        (``n_layers``, ``d_model``, ``n_heads``, ``d_head``, ``d_mlp``,
+        ``d_vocab``, ``n_ctx``, ``act_fn``, ``normalization_type``,
+        ``attn_only``, ``eps``) as attributes."""
+        c = dict(self._lens()[1])
+        c.setdefault("eps", 1e-5)
+        return types.SimpleNamespace(**c)
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        """The weights under TransformerLens's names and shapes (what
+        ``Run.export_transformer_lens`` writes)."""
+        return dict(self._lens()[0])
+
+    def _stacked(self, leaf: str) -> np.ndarray:
+        state, cfg = self._lens()
+        names = [f"blocks.{l}.{leaf}" for l in range(cfg["n_layers"])]
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise AttributeError(f"{missing[0]}: this model has no such weight (attn_only={cfg.get('attn_only')})")
+        return np.stack([state[n] for n in names])
+
+    @property
+    def W_E(self) -> np.ndarray:
+        """``[d_vocab, d_model]``"""
+        return self._lens()[0]["embed.W_E"]
+
+    @property
+    def W_pos(self) -> np.ndarray:
+        """``[n_ctx, d_model]``"""
+        return self._lens()[0]["pos_embed.W_pos"]
+
+    @property
+    def W_U(self) -> np.ndarray:
+        """``[d_model, d_vocab]``"""
+        return self._lens()[0]["unembed.W_U"]
+
+    @property
+    def b_U(self) -> np.ndarray:
+        """``[d_vocab]``"""
+        return self._lens()[0]["unembed.b_U"]
+
+    @property
+    def W_Q(self) -> np.ndarray:
+        """``[n_layers, n_heads, d_model, d_head]``"""
+        return self._stacked("attn.W_Q")
+
+    @property
+    def W_K(self) -> np.ndarray:
+        """``[n_layers, n_heads, d_model, d_head]``"""
+        return self._stacked("attn.W_K")
+
+    @property
+    def W_V(self) -> np.ndarray:
+        """``[n_layers, n_heads, d_model, d_head]``"""
+        return self._stacked("attn.W_V")
+
+    @property
+    def W_O(self) -> np.ndarray:
+        """``[n_layers, n_heads, d_head, d_model]``"""
+        return self._stacked("attn.W_O")
+
+    @property
+    def b_Q(self) -> np.ndarray:
+        """``[n_layers, n_heads, d_head]``"""
+        return self._stacked("attn.b_Q")
+
+    @property
+    def b_K(self) -> np.ndarray:
+        """``[n_layers, n_heads, d_head]``"""
+        return self._stacked("attn.b_K")
+
+    @property
+    def b_V(self) -> np.ndarray:
+        """``[n_layers, n_heads, d_head]``"""
+        return self._stacked("attn.b_V")
+
+    @property
+    def b_O(self) -> np.ndarray:
+        """``[n_layers, d_model]``"""
+        return self._stacked("attn.b_O")
+
+    @property
+    def W_in(self) -> np.ndarray:
+        """``[n_layers, d_model, d_mlp]``"""
+        return self._stacked("mlp.W_in")
+
+    @property
+    def W_out(self) -> np.ndarray:
+        """``[n_layers, d_mlp, d_model]``"""
+        return self._stacked("mlp.W_out")
+
+    @property
+    def b_in(self) -> np.ndarray:
+        """``[n_layers, d_mlp]``"""
+        return self._stacked("mlp.b_in")
+
+    @property
+    def b_out(self) -> np.ndarray:
+        """``[n_layers, d_model]``"""
+        return self._stacked("mlp.b_out")
 
 
 TextOrIds = Union[str, Sequence[str], ArrayLike]
@@ -185,11 +426,20 @@ class Pretrained(Model):
         targets: Optional[ArrayLike] = None,
         *,
         names: Optional[Sequence[str]] = None,
-    ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        return_type: Optional[str] = "logits",
+    ) -> Tuple[Any, ActivationCache]:
         """``Model.run_with_cache`` on a text, a list of texts or token ids. The
         output is the last block's output ``[batch, pos, d_model]``."""
-        return super().run_with_cache(self._ids(inputs), names_filter, targets, names=names)
+        return super().run_with_cache(self._ids(inputs), names_filter, targets, names=names, return_type=return_type)
 
-    def run_with_hooks(self, inputs: TextOrIds, hooks: Sequence[Any], targets: Optional[ArrayLike] = None) -> np.ndarray:
+    def run_with_hooks(
+        self,
+        inputs: TextOrIds,
+        hooks: Sequence[Any] = (),
+        targets: Optional[ArrayLike] = None,
+        *,
+        fwd_hooks: Sequence[Any] = (),
+        return_type: Optional[str] = "logits",
+    ) -> Any:
         """``Model.run_with_hooks`` on a text, a list of texts or token ids."""
-        return super().run_with_hooks(self._ids(inputs), hooks, targets)
+        return super().run_with_hooks(self._ids(inputs), hooks, targets, fwd_hooks=fwd_hooks, return_type=return_type)

@@ -17,6 +17,7 @@ __all__ = [
     "steps",
     "checkpoint",
     "export_model",
+    "transformer_lens_state",
     "run",
     "resume",
     "run_dir",
@@ -47,6 +48,7 @@ def metrics(dir: _PathLike, event: str) -> Dict[str, np.ndarray]: ...
 def steps(dir: _PathLike) -> List[int]: ...
 def checkpoint(dir: _PathLike, step: Optional[int] = None) -> Tuple[Dict[str, np.ndarray], int]: ...
 def export_model(dir: _PathLike, out: _PathLike, format: str, step: Optional[int] = None) -> List[str]: ...
+def transformer_lens_state(dir: _PathLike, step: Optional[int] = None) -> Tuple[Dict[str, np.ndarray], str]: ...
 def run(
     source: str,
     *,
@@ -99,6 +101,13 @@ class Model:
     def run_with_hooks(
         self, tokens: np.ndarray, hooks: List[Dict[str, Any]], targets: Optional[np.ndarray] = None
     ) -> np.ndarray: ...
+    def run_hooked(
+        self,
+        tokens: np.ndarray,
+        hooks: List[Dict[str, Any]],
+        names: List[str],
+        targets: Optional[np.ndarray] = None,
+    ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]: ...
 
 def load_model(dir: _PathLike, step: Optional[int] = None) -> Model: ...
 def intervene(

@@ -236,3 +236,35 @@ pub fn export_model(
     let dir = run_folder(py, &dir)?;
     mechlab::commands::export::model(&dir, step, &out, f).map_err(|e| crate::errors::run(py, &e))
 }
+
+/// The run's transformer at checkpoint `step` as TransformerLens's state dict
+/// (`{name: array}`, float32 for an f32 run) and its `HookedTransformerConfig`
+/// keys as JSON: what `Model.W_Q` and `Model.cfg` read.
+#[pyfunction]
+#[pyo3(signature = (dir, step=None))]
+pub fn transformer_lens_state<'py>(
+    py: Python<'py>,
+    dir: PathBuf,
+    step: Option<u64>,
+) -> PyResult<(Bound<'py, PyDict>, String)> {
+    let dir = run_folder(py, &dir)?;
+    let (tensors, cfg, f32) = mechlab::commands::export::transformer_lens_state(&dir, step)
+        .map_err(|e| crate::errors::run(py, &e))?;
+    let d = PyDict::new(py);
+    for (name, shape, data) in tensors {
+        let bad = |e: numpy::ndarray::ShapeError| {
+            crate::errors::raise(py, crate::errors::Kind::Mechlab, format!("{name}: {e}"))
+        };
+        if f32 {
+            let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+            let a = numpy::ndarray::ArrayD::from_shape_vec(numpy::ndarray::IxDyn(&shape), v)
+                .map_err(bad)?;
+            d.set_item(&name, numpy::IntoPyArray::into_pyarray(a, py))?;
+        } else {
+            let a = numpy::ndarray::ArrayD::from_shape_vec(numpy::ndarray::IxDyn(&shape), data)
+                .map_err(bad)?;
+            d.set_item(&name, numpy::IntoPyArray::into_pyarray(a, py))?;
+        }
+    }
+    Ok((d, cfg.to_string()))
+}

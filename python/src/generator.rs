@@ -10,7 +10,8 @@ use pyo3::prelude::*;
 /// Python layer (`mechlab.train`) wraps the user's `fn(step, rng)`.
 struct PyBatchFn(Py<PyAny>);
 
-fn traceback(py: Python<'_>, e: &PyErr) -> String {
+/// A Python exception as its formatted traceback.
+pub fn traceback(py: Python<'_>, e: &PyErr) -> String {
     let formatted = py
         .import("traceback")
         .and_then(|tb| tb.call_method1("format_exception", (e.value(py),)))

@@ -13,13 +13,13 @@ use crate::files::run_folder;
 use mechlab::analysis::{InterveneError, Request};
 use mechlab::inspect::LoadError;
 use mechlab::pretrained::PretrainedError;
-use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
+use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookFn, HookedModel, Tensor};
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyReadonlyArray2, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A model loaded from a run's checkpoint.
 #[pyclass(module = "mechlab._native", name = "Model")]
@@ -80,13 +80,36 @@ fn batch(
     Ok(batch)
 }
 
-fn hook(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Hook> {
+/// A Python hook function as an engine hook: `call(activation) -> array`
+/// (the Python layer wraps the user's `fn(activation, hook)`), run with the GIL
+/// taken only while it runs; a raise becomes the hook's error with its traceback.
+fn hook_fn(f: Py<PyAny>, f32: bool) -> Ablation {
+    Ablation::Call(HookFn(Arc::new(move |t: &Tensor| {
+        Python::attach(|py| {
+            let arr = to_numpy(py, t.clone(), f32).map_err(|e| e.to_string())?;
+            let out = f.bind(py).call1((arr,)).map_err(|e| {
+                format!(
+                    "the hook function raised\n{}",
+                    crate::generator::traceback(py, &e)
+                )
+            })?;
+            let a: PyReadonlyArrayDyn<'_, f64> = out.extract().map_err(|_| {
+                "the hook function returned something other than a float array".to_string()
+            })?;
+            let a = a.as_array();
+            Ok(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
+        })
+    })))
+}
+
+fn hook(py: Python<'_>, d: &Bound<'_, PyDict>, f32: bool) -> PyResult<Hook> {
     let bad = |m: String| errors::raise(py, Kind::Hook, m);
     let name: String = d
         .get_item("name")?
         .ok_or_else(|| bad("a hook needs a `name` (a hook point)".into()))?
         .extract()?;
     let ablation = match d.get_item("ablation")? {
+        Some(f) if f.is_callable() => hook_fn(f.unbind(), f32),
         None => Ablation::Zero,
         Some(v) => {
             if let Ok(s) = v.extract::<String>() {
@@ -174,6 +197,37 @@ impl Model {
         Ok((to_numpy(py, out, self.f32)?, d))
     }
 
+    /// Forward pass with `hooks` applied that records `names` after them:
+    /// (output, {name: array}).
+    #[pyo3(signature = (tokens, hooks, names, targets=None))]
+    fn run_hooked<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        hooks: Vec<Bound<'py, PyDict>>,
+        names: Vec<String>,
+        targets: Option<PyReadonlyArrayDyn<'py, i64>>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+        let b = batch(py, tokens, targets)?;
+        let hooks = hooks
+            .iter()
+            .map(|d| hook(py, d, self.f32))
+            .collect::<PyResult<Vec<_>>>()?;
+        let res = py.detach(|| {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            self.inner
+                .lock()
+                .expect("model lock")
+                .run_hooked(&b, &hooks, &refs)
+        });
+        let (out, cache) = res.map_err(|e| hook_err(py, &e))?;
+        let d = PyDict::new(py);
+        for (k, t) in cache {
+            d.set_item(k, to_numpy(py, t, self.f32)?)?;
+        }
+        Ok((to_numpy(py, out, self.f32)?, d))
+    }
+
     /// Forward pass with `hooks` (dicts: name, ablation, heads, positions) applied.
     #[pyo3(signature = (tokens, hooks, targets=None))]
     fn run_with_hooks<'py>(
@@ -186,7 +240,7 @@ impl Model {
         let b = batch(py, tokens, targets)?;
         let hooks = hooks
             .iter()
-            .map(|d| hook(py, d))
+            .map(|d| hook(py, d, self.f32))
             .collect::<PyResult<Vec<_>>>()?;
         let res = py.detach(|| {
             self.inner

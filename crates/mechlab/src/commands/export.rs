@@ -131,6 +131,58 @@ pub fn model(
     out: &Path,
     format: Format,
 ) -> Result<Vec<PathBuf>, RunError> {
+    let (ck, n_heads, act_fn, dtype) = transformer_checkpoint(dir, step)?;
+    let bad = |reason: String| RunError::Folder {
+        path: dir.display().to_string(),
+        reason,
+    };
+    match dtype.as_str() {
+        "f32" => write_as::<f32>(&ck, n_heads, act_fn, out, format).map_err(bad)?,
+        _ => write_as::<f64>(&ck, n_heads, act_fn, out, format).map_err(bad)?,
+    }
+    Ok(vec![
+        out.join(crate::interop::STATE),
+        out.join(crate::interop::CONFIG),
+    ])
+}
+
+/// The transformer of the run in `dir` at checkpoint `step` as a
+/// TransformerLens state dict in memory, every value widened to `f64`
+/// (exactly, from an f32 run), with its `HookedTransformerConfig` keys and
+/// whether the run is f32: what Python's `Model.W_Q` and `Model.cfg` read.
+#[allow(clippy::type_complexity)]
+pub fn transformer_lens_state(
+    dir: &Path,
+    step: Option<u64>,
+) -> Result<(Vec<crate::interop::Named<f64>>, serde_json::Value, bool), RunError> {
+    let (ck, n_heads, act_fn, dtype) = transformer_checkpoint(dir, step)?;
+    let bad = |reason: String| RunError::Folder {
+        path: dir.display().to_string(),
+        reason,
+    };
+    if dtype == "f32" {
+        let l = checkpoint::load::<f32>(&ck).map_err(|e| bad(e.to_string()))?;
+        let m = crate::interop::gpt_from_tensors(&l.tensors, n_heads, act_fn).map_err(bad)?;
+        let (t, j) = crate::interop::to_transformer_lens(&m).map_err(bad)?;
+        let wide = t
+            .into_iter()
+            .map(|(n, s, x)| (n, s, x.into_iter().map(f64::from).collect()))
+            .collect();
+        Ok((wide, j, true))
+    } else {
+        let l = checkpoint::load::<f64>(&ck).map_err(|e| bad(e.to_string()))?;
+        let m = crate::interop::gpt_from_tensors(&l.tensors, n_heads, act_fn).map_err(bad)?;
+        let (t, j) = crate::interop::to_transformer_lens(&m).map_err(bad)?;
+        Ok((t, j, false))
+    }
+}
+
+/// The checkpoint of the run in `dir` at `step` with the head count, the
+/// activation and the dtype the run's `[model]` keys give.
+fn transformer_checkpoint(
+    dir: &Path,
+    step: Option<u64>,
+) -> Result<(PathBuf, usize, mechlab_engine::gpt::ActFn, String), RunError> {
     let cfg_path = dir.join("config.toml");
     if !cfg_path.exists() {
         return Err(RunError::not_a_run(dir));
@@ -157,19 +209,13 @@ pub fn model(
         .checkpoint(step)
         .map_err(|e| bad(e.to_string()))?;
     let meta = checkpoint::verify(&ck).map_err(|e| bad(e.to_string()))?;
-    match meta.dtype.as_str() {
-        "f32" => write_as::<f32>(&ck, n_heads as usize, act_fn, out, format).map_err(bad)?,
-        "f64" => write_as::<f64>(&ck, n_heads as usize, act_fn, out, format).map_err(bad)?,
-        d => {
-            return Err(bad(format!(
-                "a {d} checkpoint does not export (f32 and f64 do)"
-            )))
-        }
+    if !matches!(meta.dtype.as_str(), "f32" | "f64") {
+        return Err(bad(format!(
+            "a {} checkpoint does not export (f32 and f64 do)",
+            meta.dtype
+        )));
     }
-    Ok(vec![
-        out.join(crate::interop::STATE),
-        out.join(crate::interop::CONFIG),
-    ])
+    Ok((ck, n_heads as usize, act_fn, meta.dtype))
 }
 
 fn write_as<T: mechlab_engine::Float>(
