@@ -27,9 +27,11 @@ from ._model import Hook, HookPoint, Model, Pretrained
 from ._native import __version__
 from ._run import Run, Sweep
 from ._train import train
+from ._view import AttentionView, attention_view
 
 __all__ = [
     "ActivationCache",
+    "AttentionView",
     "CheckpointError",
     "ConfigError",
     "Hook",
@@ -45,6 +47,7 @@ __all__ = [
     "VerdictError",
     "__version__",
     "act_name",
+    "attention_view",
     "config",
     "detect_head",
     "load",

@@ -123,6 +123,12 @@ class ActivationCache:
         except KeyError:
             return default
 
+    def attention_view(self, layer: int = 0, batch: int = 0, tokens: Optional[Sequence[Any]] = None) -> Any:
+        """Layer ``layer``'s heads on sequence ``batch`` in the report's
+        attention viewer, inline in a notebook (``tokens`` label the positions;
+        the token ids by default)."""
+        return _view(self, layer, batch, tokens)
+
     def stack_activation(self, activation_name: str, layer: int = -1, sublayer_type: Optional[str] = None) -> np.ndarray:
         """``activation_name`` of every layer before ``layer`` (all of them for
         ``-1``), stacked: ``[n_layers, ...]``."""
@@ -244,6 +250,16 @@ class ActivationCache:
         dirs = np.moveaxis(dirs, 0, -1)  # [..., d_model]
         out: np.ndarray = (residual_stack * dirs).sum(-1)
         return out
+
+
+def _view(cache: "ActivationCache", layer: int, batch: int, tokens: Optional[Sequence[Any]]) -> Any:
+    from ._view import attention_view
+
+    labels = tokens if tokens is not None else [str(int(t)) for t in cache.tokens[batch]]
+    return attention_view(
+        cache[("pattern", layer)], labels, batch=batch, title=f"Attention of layer {layer}, sequence {batch}",
+        head_names=[f"L{layer}H{h}" for h in range(cache[("pattern", layer)].shape[1])],
+    )
 
 
 def check_hook_name(name: Any) -> None:

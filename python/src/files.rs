@@ -268,3 +268,36 @@ pub fn transformer_lens_state<'py>(
     }
     Ok((d, cfg.to_string()))
 }
+
+/// The report's attention viewer of `pattern` (`[head, query, key]`) over
+/// `tokens` as an HTML fragment for a notebook cell (offline: styles and script
+/// inline); `n` numbers it on the page.
+#[pyfunction]
+pub fn attention_html(
+    py: Python<'_>,
+    tokens: Vec<String>,
+    pattern: numpy::PyReadonlyArray3<'_, f64>,
+    heads: Vec<String>,
+    title: String,
+    n: usize,
+) -> PyResult<String> {
+    let a = pattern.as_array();
+    let hs = heads
+        .iter()
+        .enumerate()
+        .map(|(i, name)| mechlab_report::AttentionHead {
+            name: name.clone(),
+            hook: String::new(),
+            head: i,
+        })
+        .collect();
+    let fig = mechlab_report::Figure::attention(
+        "attention",
+        &title,
+        tokens,
+        hs,
+        a.iter().copied().collect(),
+    );
+    mechlab_report::render_viewer_fragment(&fig, n)
+        .map_err(|e| crate::errors::raise(py, crate::errors::Kind::Mechlab, e.to_string()))
+}

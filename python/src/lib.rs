@@ -32,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(files::checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(files::export_model, m)?)?;
     m.add_function(wrap_pyfunction!(files::transformer_lens_state, m)?)?;
+    m.add_function(wrap_pyfunction!(files::attention_html, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::run, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::resume, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::run_dir, m)?)?;

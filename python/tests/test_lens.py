@@ -109,3 +109,27 @@ def test_hook_function_errors_name_the_hook(trained):
     seen = []
     model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_resid_pre", lambda a, hook: seen.append(hook.name))])
     assert seen == ["blocks.1.hook_resid_pre"]
+
+
+def test_the_attention_view_shows_the_cached_pattern_inline(trained):
+    import json
+    import re
+
+    run, held = trained
+    model = run.model()
+    _, cache = model.run_with_cache(held[:, :16], "blocks.1.attn.hook_pattern")
+    view = cache.attention_view(layer=1, batch=2)
+    html = view._repr_html_()
+    data = json.loads(re.search(r'class="attn-data">(.*?)</script>', html, flags=re.S).group(1))
+    pat = cache["pattern", 1][2]
+    assert np.array_equal(np.array(data["pattern"]).reshape(pat.shape), pat.astype(np.float64))
+    assert data["tokens"] == [str(t) for t in held[2, :16]]
+    assert [h["name"] for h in data["heads"]] == [f"L1H{h}" for h in range(pat.shape[0])]
+    # offline: styles and script inline, nothing fetched; a second view on the
+    # same page gets its own anchor and leaves the first alone
+    assert "<style>" in html and "<script>" in html and "src=" not in html and "data-started" in html
+    other = mechlab.attention_view(pat, title="again")._repr_html_()
+    anchors = lambda h: re.findall(r'<figure id="([^"]+)"', h)
+    assert anchors(html) != anchors(other)
+    with pytest.raises(ValueError, match=r"tokens: 3 labels for 16 positions"):
+        mechlab.attention_view(pat, ["a", "b", "c"])

@@ -115,6 +115,37 @@ pub fn render_html(report: &Report, figures: &[Figure]) -> Result<String, Report
     Ok(out)
 }
 
+/// One attention viewer as an HTML fragment that works on its own inside
+/// another page (a notebook cell's output): its styles scoped to the fragment,
+/// the colours the report page defines, and the viewer's script, which skips
+/// viewers already started so that several fragments share a page. `n`
+/// numbers the figure and makes its anchor unique on that page.
+pub fn render_viewer_fragment(fig: &Figure, n: usize) -> Result<String, ReportError> {
+    if !matches!(fig.plot, Plot::Attention { .. }) {
+        return Err(ReportError::InvalidFigure {
+            figure: fig.id.clone(),
+            reason: "a fragment holds an attention viewer".into(),
+        });
+    }
+    viewer::check(fig).map_err(|reason| ReportError::InvalidFigure {
+        figure: fig.id.clone(),
+        reason,
+    })?;
+    let mut body = String::new();
+    if !figure(&mut body, &format!("{}-{n}", fig.id), Some(fig), n) {
+        return Err(ReportError::InvalidFigure {
+            figure: fig.id.clone(),
+            reason: body,
+        });
+    }
+    Ok(format!(
+        "<div class=\"mechlab-attn\" style=\"--ink: #1f2328; --muted: #59636e; --line: #d1d9e0; \
+         --accent: #0b5cad; color: var(--ink); font-family: system-ui, sans-serif;\">\n\
+         <style>{VIEWER_CSS}</style>\n{body}<script>{}</script>\n</div>\n",
+        viewer::SCRIPT
+    ))
+}
+
 fn table(out: &mut String, headers: &[String], rows: &[Vec<String>]) {
     let width = rows
         .iter()

@@ -29,7 +29,7 @@ pub mod spec;
 mod viewer;
 
 pub use doc::{Block, Measurement, Report, Section, Verdict};
-pub use html::render_html;
+pub use html::{render_html, render_viewer_fragment};
 pub use markdown::{render_markdown, render_markdown_with};
 pub use render::{render_png, render_svg};
 pub use spec::{

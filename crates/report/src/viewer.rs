@@ -390,6 +390,9 @@ pub(crate) const SCRIPT: &str = r##"
     view.hidden = false;
   }
   Array.prototype.forEach.call(document.querySelectorAll("figure.attn"), function (fig) {
+    // (a page with several fragments runs this script once per fragment)
+    if (fig.getAttribute("data-started")) return;
+    fig.setAttribute("data-started", "1");
     try { viewer(fig); } catch (e) {
       fig.querySelector(".attn-nojs").textContent = "The interactive viewer failed: " + e;
     }

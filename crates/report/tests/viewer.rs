@@ -164,3 +164,32 @@ fn pictures_show_the_first_head_and_cross_attention_names_its_queries() {
     assert_eq!(back, cls);
     assert!(page(&[cls]).contains("<script>"));
 }
+
+#[test]
+fn a_viewer_fragment_stands_alone_in_another_page() {
+    let html = mechlab_report::render_viewer_fragment(&viewer(), 7).unwrap();
+    assert!(html.starts_with("<div class=\"mechlab-attn\""), "{html}");
+    assert!(
+        html.contains("<figure id=\"fig-attn-7\" class=\"attn\">"),
+        "{html}"
+    );
+    assert_eq!(html.matches("<script>").count(), 1);
+    assert!(html.contains("<style>") && html.contains("--accent"));
+    assert!(
+        html.contains("data-started"),
+        "the script skips viewers already started"
+    );
+    for bad in ["src=", "<link", "@import", "https://"] {
+        assert!(!html.contains(bad), "found {bad}");
+    }
+    let lines = Figure::lines("loss", "Loss", "step", "loss");
+    assert!(mechlab_report::render_viewer_fragment(&lines, 1).is_err());
+    let mut short = viewer();
+    if let Plot::Attention { pattern, .. } = &mut short.plot {
+        pattern.truncate(3);
+    }
+    let e = mechlab_report::render_viewer_fragment(&short, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pattern has 3 values"), "{e}");
+}
