@@ -30,7 +30,7 @@
 
 use super::work::{Kind, Visitor};
 use super::{Gpt, Workspace};
-use crate::hooks::{Axes, Batch, HookError, HookPoint, HookedModel, Site, Tensor};
+use crate::hooks::{ActivationCache, Axes, Batch, HookError, HookPoint, HookedModel, Site, Tensor};
 use crate::Float;
 
 fn layout(kind: Kind) -> &'static str {
@@ -115,6 +115,61 @@ impl<T: Float> HookedModel for Gpt<T> {
     }
 
     fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
+        self.check_input(batch)?;
+        let (nb, t) = (batch.batch, batch.seq_len);
+        let mut ws = Workspace::with_chunks(self, nb, t, 1);
+        let w = &mut ws.chunks[0];
+        w.load(&batch.tokens, 0..nb, t, false);
+        self.forward_in(w, batch, site)
+    }
+
+    fn run_with_grads(
+        &mut self,
+        batch: &Batch,
+        names: &[&str],
+        dout: &mut dyn FnMut(&Tensor) -> Result<Tensor, String>,
+    ) -> Result<(Tensor, ActivationCache, ActivationCache), HookError> {
+        self.check_input(batch)?;
+        let points = self.hook_points();
+        let mut site = Site::new(&points, names, &[])?;
+        let (nb, t) = (batch.batch, batch.seq_len);
+        let mut ws = Workspace::with_chunks(self, nb, t, 1);
+        let w = &mut ws.chunks[0];
+        w.load(&batch.tokens, 0..nb, t, false);
+        w.zero_grads();
+        let y = self.forward_in(w, batch, &mut site)?;
+        let acts = site.finish()?;
+        let d = dout(&y).map_err(|reason| HookError::Invalid {
+            name: "the metric".into(),
+            reason,
+        })?;
+        if d.shape != y.shape {
+            return Err(HookError::Invalid {
+                name: "the metric".into(),
+                reason: format!(
+                    "its gradient has shape {:?}, the output {:?}",
+                    d.shape, y.shape
+                ),
+            });
+        }
+        w.set_dlogits(&d.data);
+        let mut grads = ActivationCache::new();
+        let mut g = |name: &str, kind: Kind, data: &[T]| {
+            if names.contains(&name) {
+                let t_ = Tensor::new(
+                    self.shape_of(kind, nb, t),
+                    data.iter().map(|v| v.as_f64()).collect(),
+                );
+                grads.insert(name.to_string(), t_);
+            }
+        };
+        w.backward_visit(self, &mut Some(&mut g));
+        Ok((y, acts, grads))
+    }
+}
+
+impl<T: Float> Gpt<T> {
+    fn check_input(&self, batch: &Batch) -> Result<(), HookError> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let c = &self.cfg;
         if nb == 0 || t == 0 || t > c.n_ctx {
@@ -129,41 +184,46 @@ impl<T: Float> HookedModel for Gpt<T> {
                 c.d_vocab
             )));
         }
-        let (d, nh, dh, dm) = (c.d_model, c.n_heads, c.d_head, c.d_mlp);
-        let mut ws = Workspace::with_chunks(self, nb, t, 1);
-        let w = &mut ws.chunks[0];
-        w.load(&batch.tokens, 0..nb, t, false);
+        Ok(())
+    }
+
+    /// An activation's `[batch, ...]` shape for `nb` sequences of `t`.
+    fn shape_of(&self, kind: Kind, nb: usize, t: usize) -> Vec<usize> {
+        let c = &self.cfg;
+        match kind {
+            Kind::Resid => vec![nb, t, c.d_model],
+            Kind::Heads => vec![nb, t, c.n_heads, c.d_head],
+            Kind::Pattern => vec![nb, c.n_heads, t, t],
+            Kind::Mlp => vec![nb, t, c.d_mlp],
+        }
+    }
+
+    /// The analysis forward of a loaded chunk `w`: every activation through
+    /// `site`, the logits `[batch, pos, d_vocab]` out.
+    fn forward_in(
+        &self,
+        w: &mut super::work::Work<T>,
+        batch: &Batch,
+        site: &mut Site,
+    ) -> Result<Tensor, HookError> {
+        let (nb, t) = (batch.batch, batch.seq_len);
+        let c = &self.cfg;
         let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<(), HookError> {
-            let (shape, axes) = match kind {
-                Kind::Resid => (
-                    vec![nb, t, d],
-                    Axes {
-                        head: None,
-                        pos: Some(1),
-                    },
-                ),
-                Kind::Heads => (
-                    vec![nb, t, nh, dh],
-                    Axes {
-                        head: Some(2),
-                        pos: Some(1),
-                    },
-                ),
-                Kind::Pattern => (
-                    vec![nb, nh, t, t],
-                    Axes {
-                        head: Some(1),
-                        pos: Some(2),
-                    },
-                ),
-                Kind::Mlp => (
-                    vec![nb, t, dm],
-                    Axes {
-                        head: None,
-                        pos: Some(1),
-                    },
-                ),
+            let axes = match kind {
+                Kind::Resid | Kind::Mlp => Axes {
+                    head: None,
+                    pos: Some(1),
+                },
+                Kind::Heads => Axes {
+                    head: Some(2),
+                    pos: Some(1),
+                },
+                Kind::Pattern => Axes {
+                    head: Some(1),
+                    pos: Some(2),
+                },
             };
+            let shape = self.shape_of(kind, nb, t);
             let mut x = Tensor::new(shape, data.iter().map(|v| v.as_f64()).collect());
             site.visit(name, &mut x, axes)?;
             data.iter_mut()

@@ -46,6 +46,16 @@ fn visit<T>(
     }
 }
 
+/// What the analysis backward calls with the gradient at each hook point
+/// (`None` when training): the loss's gradient w.r.t. that activation.
+pub(crate) type GradVisitor<'v, T> = Option<&'v mut dyn FnMut(&str, Kind, &[T])>;
+
+fn grad_at<T>(g: &mut GradVisitor<'_, T>, name: impl FnOnce() -> String, kind: Kind, data: &[T]) {
+    if let Some(f) = g {
+        f(&name(), kind, data);
+    }
+}
+
 /// Two distinct gradient buffers at once.
 fn two<T>(g: &mut [Vec<T>], a: usize, b: usize) -> (&mut [T], &mut [T]) {
     assert_ne!(a, b, "gpt: one buffer asked for twice");
@@ -585,6 +595,21 @@ impl<T: Float> Work<T> {
 
     /// The backward pass from `dlogits` into [`Work::grads`] (zeroed by `load`).
     pub(crate) fn backward(&mut self, m: &Gpt<T>) {
+        self.backward_visit(m, &mut None);
+    }
+
+    /// The analysis forward's logits gradient: `d` is `[n, T, d_vocab]`.
+    pub(crate) fn set_dlogits(&mut self, d: &[f64]) {
+        self.dlogits[..d.len()]
+            .iter_mut()
+            .zip(d)
+            .for_each(|(a, &b)| *a = T::of(b));
+    }
+
+    /// [`Work::backward`], handing the gradient at every hook point to `gv`
+    /// as the backward reaches it (`hook_pattern`'s is `dz · vᵀ`, formed only
+    /// for a visitor).
+    pub(crate) fn backward_visit(&mut self, m: &Gpt<T>, gv: &mut GradVisitor<'_, T>) {
         let c = &m.cfg;
         let (n, t, d, nh, dh) = (self.n, self.t, c.d_model, c.n_heads, c.d_head);
         let (rows, hd, v) = (n * t, nh * dh, c.d_vocab);
@@ -620,6 +645,15 @@ impl<T: Float> Work<T> {
         let pat_len = nh * t * t;
         for (l, bi) in ix.blocks.iter().enumerate().rev() {
             // dres: dL/d resid_post of layer l
+            grad_at(
+                gv,
+                || format!("blocks.{l}.hook_resid_post"),
+                Kind::Resid,
+                dres,
+            );
+            if bi.mlp.is_some() {
+                grad_at(gv, || format!("blocks.{l}.hook_mlp_out"), Kind::Resid, dres);
+            }
             if let Some([wi, bi_, wo, bo]) = bi.mlp {
                 let dm = c.d_mlp;
                 let (dpost, dpre) = (&mut self.dpost[..rows * dm], &mut self.dpre[..rows * dm]);
@@ -635,6 +669,7 @@ impl<T: Float> Work<T> {
                     dm,
                     d,
                 );
+                grad_at(gv, || format!("blocks.{l}.mlp.hook_post"), Kind::Mlp, dpost);
                 zero(dpre);
                 let pre = &self.pre[l][..rows * dm];
                 match c.act_fn {
@@ -642,6 +677,7 @@ impl<T: Float> Work<T> {
                     ActFn::Relu => relu::backward(dpre, dpost, pre),
                     ActFn::Gelu => gelu::exact_backward(dpre, dpost, pre),
                 }
+                grad_at(gv, || format!("blocks.{l}.mlp.hook_pre"), Kind::Mlp, dpre);
                 let mid = &self.mid[l][..nd];
                 let h2 = if bi.ln2.is_some() {
                     &self.ln2[l][..nd]
@@ -656,6 +692,20 @@ impl<T: Float> Work<T> {
                 norm_backward(m, g, stats, dres, dh_, mid, rows, d);
             }
             // dres: dL/d resid_mid (= d attn_out)
+            if bi.mlp.is_some() {
+                grad_at(
+                    gv,
+                    || format!("blocks.{l}.hook_resid_mid"),
+                    Kind::Resid,
+                    dres,
+                );
+            }
+            grad_at(
+                gv,
+                || format!("blocks.{l}.hook_attn_out"),
+                Kind::Resid,
+                dres,
+            );
             let dz = &mut self.dz[..nhd];
             zero(dz);
             linear_backward(
@@ -669,6 +719,36 @@ impl<T: Float> Work<T> {
                 hd,
                 d,
             );
+            grad_at(gv, || format!("blocks.{l}.attn.hook_z"), Kind::Heads, dz);
+            if gv.is_some() {
+                // d pattern[h, q, k] = Σ_c dz[q, h, c] · v[k, h, c]
+                let mut dp = vec![T::zero(); n * pat_len];
+                for s in 0..n {
+                    for h in 0..nh {
+                        let o = s * t * hd + h * dh;
+                        matmul_strided(
+                            &mut dp[s * pat_len + h * t * t..],
+                            t,
+                            &dz[o..],
+                            hd,
+                            Op::N,
+                            &self.v[l][o..],
+                            hd,
+                            Op::T,
+                            t,
+                            dh,
+                            t,
+                            false,
+                        );
+                    }
+                }
+                grad_at(
+                    gv,
+                    || format!("blocks.{l}.attn.hook_pattern"),
+                    Kind::Pattern,
+                    &dp,
+                );
+            }
             let (dq, dk, dv) = (
                 &mut self.dq[..nhd],
                 &mut self.dk[..nhd],
@@ -702,6 +782,14 @@ impl<T: Float> Work<T> {
             if let (Some(rpe), Some(ti)) = (&m.rpe, bi.rpe) {
                 rpe.backward(&mut g[ti], &self.d_bias, t);
             }
+            for (name, dy) in [("q", &*dq), ("k", &*dk), ("v", &*dv)] {
+                grad_at(
+                    gv,
+                    || format!("blocks.{l}.attn.hook_{name}"),
+                    Kind::Heads,
+                    dy,
+                );
+            }
             let r_in = &self.resid[l][..nd];
             let hin = if bi.ln1.is_some() {
                 &self.ln1[l][..nd]
@@ -721,6 +809,16 @@ impl<T: Float> Work<T> {
                 .map(|(w, b)| (w, b, &self.mean1[l][..rows], &self.rstd1[l][..rows]));
             norm_backward(m, g, stats, dres, dh_, r_in, rows, d);
             // dres: dL/d resid_pre of layer l
+            grad_at(
+                gv,
+                || format!("blocks.{l}.hook_resid_pre"),
+                Kind::Resid,
+                dres,
+            );
+        }
+        grad_at(gv, || "hook_embed".into(), Kind::Resid, dres);
+        if ix.w_pos.is_some() {
+            grad_at(gv, || "hook_pos_embed".into(), Kind::Resid, dres);
         }
         if !m.frozen[ix.w_e] {
             embedding::backward(&mut g[ix.w_e], &self.ids[..rows], dres, d);

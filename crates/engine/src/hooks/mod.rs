@@ -262,6 +262,24 @@ pub trait HookedModel {
     fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
         Ok(self.run_hooked(batch, hooks, &[])?.0)
     }
+    /// Forward pass recording `names`, then the backward of a scalar metric of
+    /// the output from `dout` (the metric's gradient w.r.t. the output, given
+    /// the output): `(output, activations, their gradients)`, TransformerLens's
+    /// `run_with_cache(incl_bwd=True)`. A model without a backward at its hook
+    /// points says so, naming the first point asked for: never an empty or
+    /// zero gradient.
+    fn run_with_grads(
+        &mut self,
+        batch: &Batch,
+        names: &[&str],
+        dout: &mut dyn FnMut(&Tensor) -> Result<Tensor, String>,
+    ) -> Result<(Tensor, ActivationCache, ActivationCache), HookError> {
+        let _ = (batch, dout);
+        Err(HookError::Invalid {
+            name: names.first().unwrap_or(&"the output").to_string(),
+            reason: "this model has no backward at its hook points (gradients come from the general transformer's)".into(),
+        })
+    }
 }
 
 #[cfg(test)]
