@@ -26,6 +26,7 @@ from ._cache import ActivationCache, act_name
 from ._model import Hook, HookPoint, Model, Pretrained
 from ._native import __version__
 from ._run import Run, Sweep
+from ._patch import LogitDiff, Loss, Metric, Patching, logit_diff
 from ._train import train
 from ._view import AttentionView, attention_view
 
@@ -37,6 +38,10 @@ __all__ = [
     "Hook",
     "HookError",
     "HookPoint",
+    "LogitDiff",
+    "Loss",
+    "Metric",
+    "Patching",
     "MechlabError",
     "Model",
     "Pretrained",
@@ -52,6 +57,7 @@ __all__ = [
     "detect_head",
     "load",
     "load_pretrained",
+    "logit_diff",
     "presets",
     "reproduce",
     "resume",

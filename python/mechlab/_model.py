@@ -174,6 +174,8 @@ class Model:
         *,
         names: Optional[Sequence[str]] = None,
         return_type: Optional[str] = "logits",
+        incl_bwd: bool = False,
+        metric: Any = "loss",
     ) -> Tuple[Any, ActivationCache]:
         """Forward pass on token ids ``[batch, seq]`` (or one sequence), recording
         the hook points ``names_filter`` picks, as TransformerLens takes it: a
@@ -181,7 +183,15 @@ class Model:
         ``None``). ``names`` is the same as a list. Returns ``(output, cache)``,
         the cache an ``ActivationCache`` keyed by the names as asked (also
         ``cache["pattern", 0]``); ``return_type`` as for ``model(...)``. Hooks of
-        an enclosing ``hooks(...)`` act first."""
+        an enclosing ``hooks(...)`` act first.
+
+        ``incl_bwd=True`` adds, as TransformerLens does, ``cache[name + "_grad"]``:
+        the gradient of ``metric`` w.r.t. each recorded activation, from the
+        model's own backward (exact; no autograd). ``metric`` is ``"loss"``
+        (the mean next-token cross-entropy), ``mechlab.logit_diff(correct,
+        incorrect, pos)``, or any ``mechlab.Metric`` (a value and a ``grad``
+        w.r.t. the logits). A model without a backward at its hook points
+        raises ``HookError`` naming the point."""
         if names is not None:
             if names_filter is not None:
                 raise TypeError("run_with_cache: give names_filter or names, not both")
@@ -190,6 +200,18 @@ class Model:
         ours = [self._name(n) for n in wanted]
         x = _tokens(inputs)
         hooks = self._hooks([])
+        if incl_bwd:
+            from ._patch import as_metric
+
+            if hooks:
+                raise HookError("incl_bwd=True inside hooks(...): gradients are of the model as it is")
+            m = as_metric(metric, x)
+            out, cache, grads = self._m.run_with_grads(
+                x, ours, lambda y: np.ascontiguousarray(m.grad(y), dtype=np.float64)
+            )
+            acts = {asked: cache[our] for asked, our in zip(wanted, ours)}
+            acts.update({asked + "_grad": grads[our] for asked, our in zip(wanted, ours)})
+            return self._output(out, x, return_type), ActivationCache(acts, self, x)
         if hooks:
             out, cache = self._m.run_hooked(x, hooks, ours, _targets(targets))
         else:
@@ -258,6 +280,24 @@ class Model:
         nll = -np.take_along_axis(lp, x[:, 1:, None], -1)[..., 0]
         loss = nll if per_token else nll.mean()
         return loss if return_type == "loss" else (logits, loss)
+
+    # causal analysis (mechlab._patch)
+
+    def patch(self, clean: ArrayLike, corrupted: ArrayLike, metric: Any = "loss", kind: str = "head_out") -> Any:
+        """Activation patching of ``kind`` (``resid_pre``, ``attn_out``,
+        ``mlp_out``, ``head_out``, ``head_out_by_pos``, ``head_pattern``,
+        ``head_v``...): a ``Patching`` of the normalised metric, TransformerLens's
+        ``get_act_patch_*``."""
+        from ._patch import act_patch
+
+        return act_patch(self, clean, corrupted, metric, kind)
+
+    def attribute(self, clean: ArrayLike, corrupted: ArrayLike, metric: Any = "loss", kind: str = "head_out") -> Any:
+        """Attribution patching: ``patch``'s cells estimated from one forward
+        and backward on the corrupted input."""
+        from ._patch import attribute
+
+        return attribute(self, clean, corrupted, metric, kind)
 
     # TransformerLens's config and weights
 
@@ -427,10 +467,15 @@ class Pretrained(Model):
         *,
         names: Optional[Sequence[str]] = None,
         return_type: Optional[str] = "logits",
+        incl_bwd: bool = False,
+        metric: Any = "loss",
     ) -> Tuple[Any, ActivationCache]:
         """``Model.run_with_cache`` on a text, a list of texts or token ids. The
         output is the last block's output ``[batch, pos, d_model]``."""
-        return super().run_with_cache(self._ids(inputs), names_filter, targets, names=names, return_type=return_type)
+        return super().run_with_cache(
+            self._ids(inputs), names_filter, targets, names=names, return_type=return_type,
+            incl_bwd=incl_bwd, metric=metric,
+        )
 
     def run_with_hooks(
         self,

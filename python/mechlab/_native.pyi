@@ -103,6 +103,9 @@ class Model:
     def run_with_hooks(
         self, tokens: np.ndarray, hooks: List[Dict[str, Any]], targets: Optional[np.ndarray] = None
     ) -> np.ndarray: ...
+    def run_with_grads(
+        self, tokens: np.ndarray, names: List[str], dout: Callable[[np.ndarray], np.ndarray]
+    ) -> Tuple[np.ndarray, Dict[str, np.ndarray], Dict[str, np.ndarray]]: ...
     def run_hooked(
         self,
         tokens: np.ndarray,

@@ -228,6 +228,49 @@ impl Model {
         Ok((to_numpy(py, out, self.f32)?, d))
     }
 
+    /// Forward pass recording `names`, then the backward of the metric whose
+    /// gradient w.r.t. the output `dout(output)` returns: (output,
+    /// {name: array}, {name: gradient}).
+    fn run_with_grads<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        names: Vec<String>,
+        dout: Py<PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+        let b = batch(py, tokens, None)?;
+        let f32 = self.f32;
+        let res = py.detach(|| {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut d = |y: &Tensor| -> Result<Tensor, String> {
+                Python::attach(|py| {
+                    let arr = to_numpy(py, y.clone(), f32).map_err(|e| e.to_string())?;
+                    let out = dout.bind(py).call1((arr,)).map_err(|e| {
+                        format!("the metric raised\n{}", crate::generator::traceback(py, &e))
+                    })?;
+                    let a: PyReadonlyArrayDyn<'_, f64> = out
+                        .extract()
+                        .map_err(|_| "the metric's gradient is not a float array".to_string())?;
+                    let a = a.as_array();
+                    Ok(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
+                })
+            };
+            self.inner
+                .lock()
+                .expect("model lock")
+                .run_with_grads(&b, &refs, &mut d)
+        });
+        let (out, acts, grads) = res.map_err(|e| hook_err(py, &e))?;
+        let (da, dg) = (PyDict::new(py), PyDict::new(py));
+        for (k, t) in acts {
+            da.set_item(k, to_numpy(py, t, self.f32)?)?;
+        }
+        for (k, t) in grads {
+            dg.set_item(k, to_numpy(py, t, self.f32)?)?;
+        }
+        Ok((to_numpy(py, out, self.f32)?, da, dg))
+    }
+
     /// Forward pass with `hooks` (dicts: name, ablation, heads, positions) applied.
     #[pyo3(signature = (tokens, hooks, targets=None))]
     fn run_with_hooks<'py>(

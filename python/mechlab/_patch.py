@@ -1,0 +1,217 @@
+"""Causal analysis from Python: metrics with their gradients, activation-patching
+sweeps in the manner of TransformerLens's ``patching.get_act_patch_*``, and
+attribution patching (Nanda 2023), the first-order estimate of every such patch
+from one forward and backward on the corrupted input.
+
+Every sweep patches the clean run's activation into the corrupted run, one
+(layer, position, head) cell at a time, and reports the normalised metric
+``(patched − corrupted) / (clean − corrupted)``: 1 where the cell carries the
+whole difference, 0 where it carries none. Attribution patching estimates the
+same cells as ``(clean − corrupted activation) · ∂metric/∂activation`` at the
+corrupted run, normalised the same way; for a metric linear in the activation
+the two agree to rounding.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._errors import HookError
+
+if TYPE_CHECKING:
+    from ._model import Model
+
+ArrayLike = Any
+
+
+class Metric:
+    """A scalar of the model's output with its gradient: ``metric(logits)``
+    and ``metric.grad(logits)`` (same shape as the logits)."""
+
+    def __call__(self, logits: np.ndarray) -> float:
+        raise NotImplementedError
+
+    def grad(self, logits: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Loss(Metric):
+    """The mean next-token cross-entropy over every position but the last (the
+    targets are the inputs shifted by one), as ``model(tokens, return_type="loss")``."""
+
+    def __init__(self, tokens: np.ndarray) -> None:
+        self.tokens = tokens
+
+    def _logp(self, logits: np.ndarray) -> np.ndarray:
+        z = logits[:, :-1].astype(np.float64)
+        z = z - z.max(-1, keepdims=True)
+        out: np.ndarray = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        return out
+
+    def __call__(self, logits: np.ndarray) -> float:
+        lp = self._logp(logits)
+        return float(-np.take_along_axis(lp, self.tokens[:, 1:, None], -1).mean())
+
+    def grad(self, logits: np.ndarray) -> np.ndarray:
+        p = np.exp(self._logp(logits))
+        np.put_along_axis(p, self.tokens[:, 1:, None], np.take_along_axis(p, self.tokens[:, 1:, None], -1) - 1.0, -1)
+        g = np.zeros(logits.shape)
+        g[:, :-1] = p / p.shape[0] / p.shape[1]
+        return g
+
+
+class LogitDiff(Metric):
+    """The mean over the batch of ``logits[b, pos, correct_b] −
+    logits[b, pos, incorrect_b]`` (``pos`` one index for every sequence, or one
+    per sequence; the ids one, or one per sequence)."""
+
+    def __init__(self, correct: ArrayLike, incorrect: ArrayLike, pos: ArrayLike = -1) -> None:
+        self.correct, self.incorrect, self.pos = correct, incorrect, pos
+
+    def _index(self, logits: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        b, t = logits.shape[0], logits.shape[1]
+        pos = np.broadcast_to(np.asarray(self.pos), (b,)).astype(np.int64)
+        bad = pos[(pos >= t) | (pos < -t)]
+        if bad.size:
+            raise HookError(f"metric: position {int(bad[0])} is past the sequence of {t} positions")
+        pos = np.where(pos < 0, pos + t, pos)
+        rows = np.arange(b)
+        c = np.broadcast_to(np.asarray(self.correct), (b,)).astype(np.int64)
+        w = np.broadcast_to(np.asarray(self.incorrect), (b,)).astype(np.int64)
+        return rows, pos, c, w
+
+    def __call__(self, logits: np.ndarray) -> float:
+        r, p, c, w = self._index(logits)
+        return float((logits[r, p, c].astype(np.float64) - logits[r, p, w]).mean())
+
+    def grad(self, logits: np.ndarray) -> np.ndarray:
+        r, p, c, w = self._index(logits)
+        g = np.zeros(logits.shape)
+        np.add.at(g, (r, p, c), 1.0 / len(r))
+        np.add.at(g, (r, p, w), -1.0 / len(r))
+        return g
+
+
+def logit_diff(correct: ArrayLike, incorrect: ArrayLike, pos: ArrayLike = -1) -> LogitDiff:
+    """The metric ``logits[correct] − logits[incorrect]`` at ``pos``, averaged over the batch."""
+    return LogitDiff(correct, incorrect, pos)
+
+
+MetricLike = Union[str, Metric, Callable[[np.ndarray], Any]]
+
+
+def as_metric(metric: MetricLike, tokens: np.ndarray) -> Metric:
+    if isinstance(metric, Metric):
+        return metric
+    if metric == "loss":
+        return Loss(tokens)
+    raise TypeError(
+        f"metric: expected 'loss', mechlab.logit_diff(...) or another mechlab Metric, got {metric!r}"
+    )
+
+
+#: What each sweep patches: (hook leaf, per-head, sweep over positions).
+SWEEPS: Dict[str, Tuple[str, bool, bool]] = {
+    "resid_pre": ("hook_resid_pre", False, True),
+    "resid_mid": ("hook_resid_mid", False, True),
+    "resid_post": ("hook_resid_post", False, True),
+    "attn_out": ("hook_attn_out", False, True),
+    "mlp_out": ("hook_mlp_out", False, True),
+    "head_out": ("attn.hook_z", True, False),
+    "head_out_by_pos": ("attn.hook_z", True, True),
+    "head_pattern": ("attn.hook_pattern", True, False),
+    "head_pattern_by_pos": ("attn.hook_pattern", True, True),
+    "head_v": ("attn.hook_v", True, False),
+    "head_q": ("attn.hook_q", True, False),
+    "head_k": ("attn.hook_k", True, False),
+}
+
+
+def _pair(model: "Model", clean: ArrayLike, corrupted: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
+    from ._model import _tokens
+
+    c, x = _tokens(clean), _tokens(corrupted)
+    if c.shape != x.shape:
+        raise HookError(f"clean tokens {c.shape} and corrupted tokens {x.shape}: a patch needs the same shape")
+    return c, x
+
+
+def _names(model: "Model", kind: str) -> Tuple[List[str], bool, bool]:
+    if kind not in SWEEPS:
+        raise ValueError(f"kind {kind!r}: expected one of {', '.join(SWEEPS)}")
+    leaf, per_head, by_pos = SWEEPS[kind]
+    names = [f"blocks.{l}.{leaf}" for l in range(model.cfg.n_layers)]
+    points = {p["name"] for p in model.hook_points()}
+    missing = [n for n in names if n not in points]
+    if missing:
+        raise HookError(f"kind {kind!r}: this model has no {missing[0]}")
+    return names, per_head, by_pos
+
+
+class Patching:
+    """The result of a patching sweep or its attribution estimate: ``values``
+    (``[layer, pos]``, ``[layer, head]`` or ``[layer, pos, head]``, normalised
+    as the module says), the axes' ``labels``, the clean and corrupted
+    metric."""
+
+    def __init__(self, kind: str, values: np.ndarray, axes: List[str], clean: float, corrupted: float) -> None:
+        self.kind, self.values, self.axes = kind, values, axes
+        self.clean, self.corrupted = clean, corrupted
+
+    def __repr__(self) -> str:
+        return f"Patching({self.kind!r}, {'×'.join(self.axes)} {self.values.shape}, clean {self.clean:.4g}, corrupted {self.corrupted:.4g})"
+
+
+def act_patch(model: "Model", clean: ArrayLike, corrupted: ArrayLike, metric: MetricLike, kind: str) -> Patching:
+    """Activation patching of ``kind`` (see ``SWEEPS``): each cell's clean
+    activation patched into the corrupted run, the metric normalised."""
+    from ._model import Hook
+
+    c, x = _pair(model, clean, corrupted)
+    m = as_metric(metric, x)
+    names, per_head, by_pos = _names(model, kind)
+    clean_out, cache = model.run_with_cache(c, names)
+    m_clean, m_corr = m(clean_out), m(model(x))
+    denom = m_clean - m_corr
+    nh, t = model.cfg.n_heads, c.shape[1]
+    shape = [len(names)] + ([t] if by_pos else []) + ([nh] if per_head else [])
+    out = np.zeros(shape)
+    for li, name in enumerate(names):
+        act = np.asarray(cache[name], dtype=np.float64)
+        for idx in np.ndindex(*shape[1:]):
+            pos = [int(idx[0])] if by_pos else None
+            heads = [int(idx[-1])] if per_head else None
+            y = model.run_with_hooks(x, [Hook(name, act, heads=heads, positions=pos)])
+            out[(li, *idx)] = (m(y) - m_corr) / denom
+    axes = ["layer"] + (["pos"] if by_pos else []) + (["head"] if per_head else [])
+    return Patching(kind, out, axes, m_clean, m_corr)
+
+
+def attribute(model: "Model", clean: ArrayLike, corrupted: ArrayLike, metric: MetricLike, kind: str) -> Patching:
+    """Attribution patching of ``kind``: every cell of ``act_patch`` estimated
+    from one forward and backward on the corrupted input, ``(clean −
+    corrupted activation) · ∂metric/∂activation``, normalised the same way."""
+    c, x = _pair(model, clean, corrupted)
+    m = as_metric(metric, x)
+    names, per_head, by_pos = _names(model, kind)
+    clean_out, cache = model.run_with_cache(c, names)
+    corr_out, corr = model.run_with_cache(x, names, incl_bwd=True, metric=m)
+    m_clean, m_corr = m(clean_out), m(corr_out)
+    denom = m_clean - m_corr
+    rows = []
+    for name in names:
+        d = (np.asarray(cache[name], np.float64) - np.asarray(corr[name], np.float64)) * corr[name + "_grad"]
+        if name.endswith("hook_pattern"):  # [batch, head, q, k]
+            v = d.sum(axis=(0, 3))  # [head, q]
+            rows.append(v.T if by_pos else v.sum(1))
+        elif per_head:  # [batch, pos, head, d_head]
+            v = d.sum(axis=(0, 3))  # [pos, head]
+            rows.append(v if by_pos else v.sum(0))
+        else:  # [batch, pos, d]
+            rows.append(d.sum(axis=(0, 2)))
+    # the patch's first-order effect on the batch mean
+    out = np.stack(rows) / denom
+    axes = ["layer"] + (["pos"] if by_pos else []) + (["head"] if per_head else [])
+    return Patching(kind, out, axes, m_clean, m_corr)
