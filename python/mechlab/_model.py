@@ -299,6 +299,15 @@ class Model:
 
         return attribute(self, clean, corrupted, metric, kind)
 
+    def path_patch(
+        self, clean: ArrayLike, corrupted: ArrayLike, metric: Any, sender: Tuple[int, int], receiver: Any
+    ) -> float:
+        """Path patching from head ``sender`` to a later head's ``(layer, head,
+        "q" | "k" | "v")`` input or to ``"logits"``: the normalised metric."""
+        from ._patch import path_patch
+
+        return path_patch(self, clean, corrupted, metric, sender, receiver)
+
     # TransformerLens's config and weights
 
     def _lens(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:

@@ -215,3 +215,69 @@ def attribute(model: "Model", clean: ArrayLike, corrupted: ArrayLike, metric: Me
     out = np.stack(rows) / denom
     axes = ["layer"] + (["pos"] if by_pos else []) + (["head"] if per_head else [])
     return Patching(kind, out, axes, m_clean, m_corr)
+
+
+def _ln(model: "Model", x: np.ndarray, which: str) -> np.ndarray:
+    """LayerNorm ``which`` (``blocks.{l}.ln1``, ``ln_final``) of ``x``, or ``x``
+    itself for a model without normalisation."""
+    if getattr(model.cfg, "normalization_type", None) != "LN":
+        return x
+    sd = model.state_dict()
+    xc = x - x.mean(-1, keepdims=True)
+    out: np.ndarray = xc / np.sqrt((xc**2).mean(-1, keepdims=True) + model.cfg.eps) * sd[f"{which}.w"] + sd[f"{which}.b"]
+    return out
+
+
+def path_patch(
+    model: "Model",
+    clean: ArrayLike,
+    corrupted: ArrayLike,
+    metric: MetricLike,
+    sender: Tuple[int, int],
+    receiver: Union[str, Tuple[int, int, str]],
+) -> float:
+    """Path patching (Wang et al. 2022; Goldowsky-Dill et al. 2023): the clean
+    output of head ``sender = (layer, head)`` patched into the corrupted run
+    along one path only, every other component left at its corrupted value:
+    into ``receiver = (layer, head, "q" | "k" | "v")``'s query, key or value
+    input, or ``"logits"`` (the direct path through the final LayerNorm and the
+    unembedding). Returns the normalised metric ``(patched − corrupted) /
+    (clean − corrupted)``."""
+    from ._model import Hook
+
+    c, x = _pair(model, clean, corrupted)
+    m = as_metric(metric, x)
+    cfg = model.cfg
+    ls, hs = sender
+    if not (0 <= ls < cfg.n_layers and 0 <= hs < cfg.n_heads):
+        raise HookError(f"sender ({ls}, {hs}): the model has {cfg.n_layers} layers of {cfg.n_heads} heads")
+    z = f"blocks.{ls}.attn.hook_z"
+    clean_out, cc = model.run_with_cache(c, [z])
+    # what the sender writes into the residual stream, clean minus corrupted
+    needs = [z]
+    if receiver == "logits":
+        needs.append(f"blocks.{cfg.n_layers - 1}.hook_resid_post")
+    else:
+        if not (isinstance(receiver, tuple) and len(receiver) == 3 and receiver[2] in ("q", "k", "v")):
+            raise HookError(f"receiver {receiver!r}: expected (layer, head, 'q' | 'k' | 'v') or 'logits'")
+        lr, hr, which = receiver
+        if not (ls < lr < cfg.n_layers and 0 <= hr < cfg.n_heads):
+            raise HookError(f"receiver {receiver!r}: a receiver is a head of a later layer than the sender's ({ls})")
+        needs += [f"blocks.{lr}.hook_resid_pre", f"blocks.{lr}.attn.hook_{which}"]
+    corr_out, xc = model.run_with_cache(x, needs)
+    w_o = model.W_O[ls, hs]
+    delta = (np.asarray(cc[z], np.float64)[:, :, hs] - np.asarray(xc[z], np.float64)[:, :, hs]) @ w_o
+    if receiver == "logits":
+        name = needs[1]
+        hook = Hook(name, np.asarray(xc[name], np.float64) + delta)
+    else:
+        lr, hr, which = receiver
+        resid = np.asarray(xc[f"blocks.{lr}.hook_resid_pre"], np.float64) + delta
+        w = {"q": model.W_Q, "k": model.W_K, "v": model.W_V}[which][lr, hr]
+        b = {"q": model.b_Q, "k": model.b_K, "v": model.b_V}[which][lr, hr]
+        name = f"blocks.{lr}.attn.hook_{which}"
+        new = np.array(xc[name], np.float64)
+        new[:, :, hr] = _ln(model, resid, f"blocks.{lr}.ln1") @ w + b
+        hook = Hook(name, new, heads=[hr])
+    m_clean, m_corr = m(clean_out), m(corr_out)
+    return (m(model.run_with_hooks(x, [hook])) - m_corr) / (m_clean - m_corr)

@@ -83,3 +83,82 @@ def test_patching_errors_name_what_is_wrong(linear_run, induction_run):
     x = np.zeros((2, 10), dtype=np.int64)
     with pytest.raises(mechlab.HookError, match=r"`blocks.0.attn.hook_pattern`: this model has no backward"):
         paper.run_with_cache(x, ["blocks.0.attn.hook_pattern"], incl_bwd=True, metric=mechlab.Metric())
+
+
+def _write_safetensors(path, tensors):
+    import json
+    import struct
+
+    header, blobs, at = {}, [], 0
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f8").tobytes()
+        header[name] = {"dtype": "F64", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def _induction_circuit(folder, V=8, T=16, c=200.0):
+    """A two-layer induction circuit set by hand (TransformerLens layout, no
+    LayerNorm): layer 0's head attends to the previous position and writes the
+    previous token into a subspace of its own; layer 1's head matches the
+    query's token against that subspace through its key alone, and copies the
+    attended position's token to the logits. `c` makes both patterns one-hot
+    to rounding (scores are divided by √d_head: at c = 200 a row leaks e^-50)."""
+    import json
+
+    d, dh = 2 * V + T, max(V, T)
+    tok, pos, prev = np.arange(V), V + np.arange(T), V + T + np.arange(V)
+    W_E = np.zeros((V, d)); W_E[tok, tok] = 1
+    W_pos = np.zeros((T, d)); W_pos[np.arange(T), pos] = 1
+    z = lambda *s: np.zeros(s)
+    q0, k0, v0, o0 = z(1, d, dh), z(1, d, dh), z(1, d, dh), z(1, dh, d)
+    q0[0, pos, np.arange(T)] = c                    # position p asks for ...
+    k0[0, pos[:-1], np.arange(1, T)] = 1            # ... the key at p − 1
+    v0[0, tok, np.arange(V)] = 1                    # its token
+    o0[0, np.arange(V), prev] = 1                   # into the previous-token subspace
+    q1, k1, v1, o1 = z(1, d, dh), z(1, d, dh), z(1, d, dh), z(1, dh, d)
+    q1[0, tok, np.arange(V)] = c                    # the query's own token ...
+    k1[0, prev, np.arange(V)] = 1                   # ... against the key's previous token
+    v1[0, tok, np.arange(V)] = 1                    # copy the key's token
+    o1[0, np.arange(V), tok] = 10.0
+    W_U = np.zeros((d, V)); W_U[tok, tok] = 1
+    state = {"embed.W_E": W_E, "pos_embed.W_pos": W_pos, "unembed.W_U": W_U, "unembed.b_U": z(V)}
+    for l, (q, k, v, o) in enumerate([(q0, k0, v0, o0), (q1, k1, v1, o1)]):
+        for n, w in [("W_Q", q), ("W_K", k), ("W_V", v), ("W_O", o)]:
+            state[f"blocks.{l}.attn.{n}"] = w
+        for n in ["b_Q", "b_K", "b_V"]:
+            state[f"blocks.{l}.attn.{n}"] = z(1, dh)
+        state[f"blocks.{l}.attn.b_O"] = z(d)
+    folder.mkdir()
+    _write_safetensors(folder / "model.safetensors", state)
+    cfg = {"n_layers": 2, "d_model": d, "n_ctx": T, "d_head": dh, "n_heads": 1, "d_mlp": None, "d_vocab": V,
+           "act_fn": None, "attn_only": True, "normalization_type": None, "positional_embedding_type": "standard"}
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def test_path_patching_finds_the_key_path_of_a_hand_built_induction_circuit(tmp_path):
+    _induction_circuit(tmp_path / "circuit")
+    run = mechlab.train({"train.steps": 0, "task.vocab": 8, "data.seq_len": 15, "model.dtype": "f64"},
+                        init_from=tmp_path / "circuit", out=tmp_path / "run", quiet=True)
+    m = run.model()
+    rng = np.random.default_rng(3)
+    clean = np.stack([np.tile(rng.permutation(8), 2) for _ in range(6)])  # a segment and its repeat
+    corrupted = clean.copy()
+    # change the tokens before the odd positions of the first half: each
+    # odd-position token keeps its value but loses the predecessor it had
+    corrupted[:, 0:8:2] = (clean[:, 0:8:2] + 4) % 8
+    # at a second-half position holding an even-position token, predict its successor
+    pos = 8 + 2 * rng.integers(0, 4, size=6)
+    metric = mechlab.logit_diff(clean[np.arange(6), pos + 1], (clean[np.arange(6), pos + 1] + 1) % 8, pos=pos)
+    assert metric(m(clean)) > 5 and abs(metric(m(corrupted))) < 1
+    key = m.path_patch(clean, corrupted, metric, sender=(0, 0), receiver=(1, 0, "k"))
+    query = m.path_patch(clean, corrupted, metric, sender=(0, 0), receiver=(1, 0, "q"))
+    value = m.path_patch(clean, corrupted, metric, sender=(0, 0), receiver=(1, 0, "v"))
+    direct = m.path_patch(clean, corrupted, metric, sender=(0, 0), receiver="logits")
+    assert abs(key - 1) < 1e-9, key
+    assert abs(query) < 1e-9 and abs(value) < 1e-9 and abs(direct) < 1e-9, (query, value, direct)
+    with pytest.raises(mechlab.HookError, match="a later layer than the sender"):
+        m.path_patch(clean, corrupted, metric, sender=(1, 0), receiver=(1, 0, "k"))
