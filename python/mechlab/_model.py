@@ -299,11 +299,10 @@ class Model:
 
         return attribute(self, clean, corrupted, metric, kind)
 
-    def path_patch(
-        self, clean: ArrayLike, corrupted: ArrayLike, metric: Any, sender: Tuple[int, int], receiver: Any
-    ) -> float:
-        """Path patching from head ``sender`` to a later head's ``(layer, head,
-        "q" | "k" | "v")`` input or to ``"logits"``: the normalised metric."""
+    def path_patch(self, clean: ArrayLike, corrupted: ArrayLike, metric: Any, sender: Any, receiver: Any) -> float:
+        """Path patching from head(s) ``sender`` (``(layer, head)`` or a list)
+        to later heads' ``(layer, head, "q" | "k" | "v")`` inputs or to
+        ``"logits"`` (one or a list): the normalised metric."""
         from ._patch import path_patch
 
         return path_patch(self, clean, corrupted, metric, sender, receiver)

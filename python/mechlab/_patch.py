@@ -38,27 +38,40 @@ class Metric:
 
 
 class Loss(Metric):
-    """The mean next-token cross-entropy over every position but the last (the
-    targets are the inputs shifted by one), as ``model(tokens, return_type="loss")``."""
+    """The mean next-token cross-entropy (the targets are the inputs shifted by
+    one) at ``positions`` (every position but the last by default), as
+    ``model(tokens, return_type="loss")``; e.g. the repeated half of a repeated
+    sequence, or the positions where an earlier copy predicts the next token."""
 
-    def __init__(self, tokens: np.ndarray) -> None:
-        self.tokens = tokens
+    def __init__(self, tokens: ArrayLike, positions: Optional[ArrayLike] = None) -> None:
+        self.tokens = np.asarray(tokens)
+        t = self.tokens.shape[1]
+        self.positions = np.arange(t - 1) if positions is None else np.asarray(positions, dtype=np.int64).ravel()
+        bad = self.positions[(self.positions < 0) | (self.positions >= t - 1)]
+        if bad.size or not self.positions.size:
+            raise HookError(
+                f"metric: position {int(bad[0]) if bad.size else 'none'} has no next token in a sequence of {t} positions"
+            )
 
     def _logp(self, logits: np.ndarray) -> np.ndarray:
-        z = logits[:, :-1].astype(np.float64)
+        z = logits[:, self.positions].astype(np.float64)
         z = z - z.max(-1, keepdims=True)
         out: np.ndarray = z - np.log(np.exp(z).sum(-1, keepdims=True))
         return out
 
+    def _targets(self) -> np.ndarray:
+        return self.tokens[:, self.positions + 1, None]
+
     def __call__(self, logits: np.ndarray) -> float:
         lp = self._logp(logits)
-        return float(-np.take_along_axis(lp, self.tokens[:, 1:, None], -1).mean())
+        return float(-np.take_along_axis(lp, self._targets(), -1).mean())
 
     def grad(self, logits: np.ndarray) -> np.ndarray:
         p = np.exp(self._logp(logits))
-        np.put_along_axis(p, self.tokens[:, 1:, None], np.take_along_axis(p, self.tokens[:, 1:, None], -1) - 1.0, -1)
+        y = self._targets()
+        np.put_along_axis(p, y, np.take_along_axis(p, y, -1) - 1.0, -1)
         g = np.zeros(logits.shape)
-        g[:, :-1] = p / p.shape[0] / p.shape[1]
+        np.add.at(g, (slice(None), self.positions), p / p.shape[0] / p.shape[1])
         return g
 
 
@@ -228,19 +241,29 @@ def _ln(model: "Model", x: np.ndarray, which: str) -> np.ndarray:
     return out
 
 
+Head = Tuple[int, int]
+Receiver = Union[str, Tuple[int, int, str]]
+
+
+def _heads(x: Any, what: str) -> List[Any]:
+    """One head (a tuple) or a list of them."""
+    return [x] if isinstance(x, tuple) or isinstance(x, str) else list(x)
+
+
 def path_patch(
     model: "Model",
     clean: ArrayLike,
     corrupted: ArrayLike,
     metric: MetricLike,
-    sender: Tuple[int, int],
-    receiver: Union[str, Tuple[int, int, str]],
+    sender: Union[Head, Sequence[Head]],
+    receiver: Union[Receiver, Sequence[Receiver]],
 ) -> float:
     """Path patching (Wang et al. 2022; Goldowsky-Dill et al. 2023): the clean
-    output of head ``sender = (layer, head)`` patched into the corrupted run
-    along one path only, every other component left at its corrupted value:
-    into ``receiver = (layer, head, "q" | "k" | "v")``'s query, key or value
-    input, or ``"logits"`` (the direct path through the final LayerNorm and the
+    output of the ``sender`` head(s) (``(layer, head)``, or a list) patched into
+    the corrupted run along the paths to the ``receiver``(s) only, every other
+    component left at its corrupted value: into ``(layer, head, "q" | "k" |
+    "v")``'s query, key or value input (through its LayerNorm), or
+    ``"logits"`` (the direct path through the final LayerNorm and the
     unembedding). Returns the normalised metric ``(patched − corrupted) /
     (clean − corrupted)``."""
     from ._model import Hook
@@ -248,36 +271,47 @@ def path_patch(
     c, x = _pair(model, clean, corrupted)
     m = as_metric(metric, x)
     cfg = model.cfg
-    ls, hs = sender
-    if not (0 <= ls < cfg.n_layers and 0 <= hs < cfg.n_heads):
-        raise HookError(f"sender ({ls}, {hs}): the model has {cfg.n_layers} layers of {cfg.n_heads} heads")
-    z = f"blocks.{ls}.attn.hook_z"
-    clean_out, cc = model.run_with_cache(c, [z])
-    # what the sender writes into the residual stream, clean minus corrupted
-    needs = [z]
-    if receiver == "logits":
-        needs.append(f"blocks.{cfg.n_layers - 1}.hook_resid_post")
-    else:
-        if not (isinstance(receiver, tuple) and len(receiver) == 3 and receiver[2] in ("q", "k", "v")):
-            raise HookError(f"receiver {receiver!r}: expected (layer, head, 'q' | 'k' | 'v') or 'logits'")
-        lr, hr, which = receiver
-        if not (ls < lr < cfg.n_layers and 0 <= hr < cfg.n_heads):
-            raise HookError(f"receiver {receiver!r}: a receiver is a head of a later layer than the sender's ({ls})")
-        needs += [f"blocks.{lr}.hook_resid_pre", f"blocks.{lr}.attn.hook_{which}"]
+    senders = _heads(sender, "sender")
+    receivers = _heads(receiver, "receiver")
+    for ls, hs in senders:
+        if not (0 <= ls < cfg.n_layers and 0 <= hs < cfg.n_heads):
+            raise HookError(f"sender ({ls}, {hs}): the model has {cfg.n_layers} layers of {cfg.n_heads} heads")
+    last = max(ls for ls, _ in senders)
+    for r in receivers:
+        if r == "logits":
+            continue
+        if not (isinstance(r, tuple) and len(r) == 3 and r[2] in ("q", "k", "v")):
+            raise HookError(f"receiver {r!r}: expected (layer, head, 'q' | 'k' | 'v') or 'logits'")
+        if not (last < r[0] < cfg.n_layers and 0 <= r[1] < cfg.n_heads):
+            raise HookError(f"receiver {r!r}: a receiver is a head of a later layer than every sender's ({last})")
+    zs = sorted({f"blocks.{ls}.attn.hook_z" for ls, _ in senders})
+    final = f"blocks.{cfg.n_layers - 1}.hook_resid_post"
+    needs = list(zs)
+    for r in receivers:
+        needs += [final] if r == "logits" else [f"blocks.{r[0]}.hook_resid_pre", f"blocks.{r[0]}.attn.hook_{r[2]}"]
+    needs = list(dict.fromkeys(needs))
+    clean_out, cc = model.run_with_cache(c, zs)
     corr_out, xc = model.run_with_cache(x, needs)
-    w_o = model.W_O[ls, hs]
-    delta = (np.asarray(cc[z], np.float64)[:, :, hs] - np.asarray(xc[z], np.float64)[:, :, hs]) @ w_o
-    if receiver == "logits":
-        name = needs[1]
-        hook = Hook(name, np.asarray(xc[name], np.float64) + delta)
-    else:
-        lr, hr, which = receiver
+    # what the senders write into the residual stream, clean minus corrupted
+    w_o = model.W_O
+    delta = sum(
+        (np.asarray(cc[f"blocks.{ls}.attn.hook_z"], np.float64)[:, :, hs]
+         - np.asarray(xc[f"blocks.{ls}.attn.hook_z"], np.float64)[:, :, hs]) @ w_o[ls, hs]
+        for ls, hs in senders
+    )
+    hooks: Dict[str, Any] = {}
+    for r in receivers:
+        if r == "logits":
+            hooks[final] = Hook(final, np.asarray(xc[final], np.float64) + delta)
+            continue
+        lr, hr, which = r
+        name = f"blocks.{lr}.attn.hook_{which}"
+        if name not in hooks:
+            hooks[name] = Hook(name, np.array(xc[name], np.float64), heads=[])
         resid = np.asarray(xc[f"blocks.{lr}.hook_resid_pre"], np.float64) + delta
         w = {"q": model.W_Q, "k": model.W_K, "v": model.W_V}[which][lr, hr]
         b = {"q": model.b_Q, "k": model.b_K, "v": model.b_V}[which][lr, hr]
-        name = f"blocks.{lr}.attn.hook_{which}"
-        new = np.array(xc[name], np.float64)
-        new[:, :, hr] = _ln(model, resid, f"blocks.{lr}.ln1") @ w + b
-        hook = Hook(name, new, heads=[hr])
+        hooks[name].ablation[:, :, hr] = _ln(model, resid, f"blocks.{lr}.ln1") @ w + b
+        hooks[name].heads = sorted({*(hooks[name].heads or []), hr})
     m_clean, m_corr = m(clean_out), m(corr_out)
-    return (m(model.run_with_hooks(x, [hook])) - m_corr) / (m_clean - m_corr)
+    return (m(model.run_with_hooks(x, list(hooks.values()))) - m_corr) / (m_clean - m_corr)

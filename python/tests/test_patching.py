@@ -160,5 +160,34 @@ def test_path_patching_finds_the_key_path_of_a_hand_built_induction_circuit(tmp_
     direct = m.path_patch(clean, corrupted, metric, sender=(0, 0), receiver="logits")
     assert abs(key - 1) < 1e-9, key
     assert abs(query) < 1e-9 and abs(value) < 1e-9 and abs(direct) < 1e-9, (query, value, direct)
-    with pytest.raises(mechlab.HookError, match="a later layer than the sender"):
+    with pytest.raises(mechlab.HookError, match="a later layer than every sender"):
         m.path_patch(clean, corrupted, metric, sender=(1, 0), receiver=(1, 0, "k"))
+
+
+def test_the_trained_induction_circuit_runs_through_the_key_path(tmp_path):
+    """lm-induction-repeated: patching the layer-0 heads' clean output into the
+    induction heads' keys alone recovers more than half of what patching the
+    induction heads' outputs does; into their queries or values, or straight to
+    the logits, it does not (the corruption keeps each attended token and
+    changes the token before it, so only the key side can tell them apart)."""
+    run = mechlab.run("lm-induction-repeated", out=tmp_path / "lmr")
+    m = run.model()
+    rng = np.random.default_rng(0)
+    seg = rng.integers(0, 64, size=(16, 32))
+    clean = np.concatenate([seg, seg], 1)
+    corrupted = clean.copy()
+    corrupted[:, 0:32:2] = rng.integers(0, 64, size=(16, 16))
+    metric = mechlab.Loss(clean, positions=32 + np.arange(0, 31, 2))
+    heads = m.patch(clean, corrupted, metric, kind="head_out")
+    ind = [h for h in range(4) if heads.values[1, h] > 0.2]
+    assert len(ind) >= 2, heads.values
+    z = m.run_with_cache(clean, "blocks.1.attn.hook_z")[1]["blocks.1.attn.hook_z"].astype(np.float64)
+    both = m.run_with_hooks(corrupted, [mechlab.Hook("blocks.1.attn.hook_z", z, heads=ind)])
+    effect = (metric(both) - heads.corrupted) / (heads.clean - heads.corrupted)
+    senders = [(0, h) for h in range(4)]
+    path = {w: m.path_patch(clean, corrupted, metric, senders, [(1, h, w) for h in ind]) for w in "qkv"}
+    path["logits"] = m.path_patch(clean, corrupted, metric, senders, "logits")
+    assert path["k"] > 0.5 * effect, (path, effect)
+    assert max(abs(path[w]) for w in ("q", "v", "logits")) < 0.1, path
+    est = m.attribute(clean, corrupted, metric, kind="head_out")
+    assert np.corrcoef(heads.values.ravel(), est.values.ravel())[0, 1] > 0.9
