@@ -103,6 +103,13 @@ class Model:
     def run_with_hooks(
         self, tokens: np.ndarray, hooks: List[Dict[str, Any]], targets: Optional[np.ndarray] = None
     ) -> np.ndarray: ...
+    def run_patched(
+        self,
+        tokens: np.ndarray,
+        name: str,
+        patch: np.ndarray,
+        cells: List[Tuple[Optional[List[int]], Optional[List[int]]]],
+    ) -> List[np.ndarray]: ...
     def run_with_grads(
         self, tokens: np.ndarray, names: List[str], dout: Callable[[np.ndarray], np.ndarray]
     ) -> Tuple[np.ndarray, Dict[str, np.ndarray], Dict[str, np.ndarray]]: ...

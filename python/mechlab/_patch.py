@@ -192,12 +192,19 @@ def act_patch(model: "Model", clean: ArrayLike, corrupted: ArrayLike, metric: Me
     shape = [len(names)] + ([t] if by_pos else []) + ([nh] if per_head else [])
     out = np.zeros(shape)
     for li, name in enumerate(names):
-        act = np.asarray(cache[name], dtype=np.float64)
-        for idx in np.ndindex(*shape[1:]):
-            pos = [int(idx[0])] if by_pos else None
-            heads = [int(idx[-1])] if per_head else None
-            y = model.run_with_hooks(x, [Hook(name, act, heads=heads, positions=pos)])
-            out[(li, *idx)] = (m(y) - m_corr) / denom
+        act = np.ascontiguousarray(cache[name], dtype=np.float64)
+        cells = list(np.ndindex(*shape[1:]))
+        # the model runs a group of patched forwards at once (in parallel
+        # where it can); groups bound the outputs held at a time
+        for start in range(0, len(cells), 16):
+            group = cells[start : start + 16]
+            spec = [([int(i[-1])] if per_head else None, [int(i[0])] if by_pos else None) for i in group]
+            if model._context:
+                ys = [model.run_with_hooks(x, [Hook(name, act, heads=h, positions=p)]) for h, p in spec]
+            else:
+                ys = model._m.run_patched(x, model._name(name), act, spec)
+            for idx, y in zip(group, ys):
+                out[(li, *idx)] = (m(y) - m_corr) / denom
     axes = ["layer"] + (["pos"] if by_pos else []) + (["head"] if per_head else [])
     return Patching(kind, out, axes, m_clean, m_corr)
 

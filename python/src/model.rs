@@ -21,6 +21,9 @@ use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+/// One cell of a patching sweep: its heads and its positions (`None`: all).
+type Cell = (Option<Vec<usize>>, Option<Vec<usize>>);
+
 /// A model loaded from a run's checkpoint.
 #[pyclass(module = "mechlab._native", name = "Model")]
 pub struct Model {
@@ -269,6 +272,38 @@ impl Model {
             dg.set_item(k, to_numpy(py, t, self.f32)?)?;
         }
         Ok((to_numpy(py, out, self.f32)?, da, dg))
+    }
+
+    /// One forward per cell with `patch` patched into `name` at that cell's
+    /// heads and positions (`None`: all), in parallel where the model allows:
+    /// the outputs, in order. An activation-patching sweep's inner loop.
+    fn run_patched<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        name: String,
+        patch: PyReadonlyArrayDyn<'py, f64>,
+        cells: Vec<Cell>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let b = batch(py, tokens, None)?;
+        let p = patch.as_array();
+        let t = Tensor::new(p.shape().to_vec(), p.iter().copied().collect());
+        let jobs: Vec<(&Batch, Vec<Hook>)> = cells
+            .into_iter()
+            .map(|(heads, positions)| {
+                let h = Hook {
+                    name: name.clone(),
+                    ablation: Ablation::Patch(t.clone()),
+                    heads,
+                    positions,
+                };
+                (&b, vec![h])
+            })
+            .collect();
+        let outs = py.detach(|| self.inner.lock().expect("model lock").run_many(&jobs));
+        outs.into_iter()
+            .map(|r| to_numpy(py, r.map_err(|e| hook_err(py, &e))?, self.f32))
+            .collect()
     }
 
     /// Forward pass with `hooks` (dicts: name, ablation, heads, positions) applied.

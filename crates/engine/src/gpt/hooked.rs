@@ -30,7 +30,9 @@
 
 use super::work::{Kind, Visitor};
 use super::{Gpt, Workspace};
-use crate::hooks::{ActivationCache, Axes, Batch, HookError, HookPoint, HookedModel, Site, Tensor};
+use crate::hooks::{
+    ActivationCache, Axes, Batch, Hook, HookError, HookPoint, HookedModel, Site, Tensor,
+};
 use crate::Float;
 
 fn layout(kind: Kind) -> &'static str {
@@ -123,6 +125,26 @@ impl<T: Float> HookedModel for Gpt<T> {
         self.forward_in(w, batch, site)
     }
 
+    /// In parallel over the jobs: each forward builds its own workspace and
+    /// only reads the model.
+    fn run_many(&mut self, jobs: &[(&Batch, Vec<Hook>)]) -> Vec<Result<Tensor, HookError>> {
+        use rayon::prelude::*;
+        let points = self.hook_points();
+        let this = &*self;
+        jobs.par_iter()
+            .map(|(batch, hooks)| {
+                this.check_input(batch)?;
+                let mut site = Site::new(&points, &[], hooks)?;
+                let mut ws = Workspace::with_chunks(this, batch.batch, batch.seq_len, 1);
+                let w = &mut ws.chunks[0];
+                w.load(&batch.tokens, 0..batch.batch, batch.seq_len, false);
+                let y = this.forward_in(w, batch, &mut site)?;
+                site.finish()?;
+                Ok(y)
+            })
+            .collect()
+    }
+
     fn run_with_grads(
         &mut self,
         batch: &Batch,
@@ -209,6 +231,9 @@ impl<T: Float> Gpt<T> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let c = &self.cfg;
         let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<(), HookError> {
+            if !site.touches(name) {
+                return Ok(());
+            }
             let axes = match kind {
                 Kind::Resid | Kind::Mlp => Axes {
                     head: None,

@@ -262,6 +262,14 @@ pub trait HookedModel {
     fn run_with_hooks(&mut self, batch: &Batch, hooks: &[Hook]) -> Result<Tensor, HookError> {
         Ok(self.run_hooked(batch, hooks, &[])?.0)
     }
+    /// Several forwards with hooks (`jobs`: a batch and its hooks each), in
+    /// order; a model whose forward only reads it runs them in parallel. What
+    /// an activation-patching sweep asks: one forward per patched cell.
+    fn run_many(&mut self, jobs: &[(&Batch, Vec<Hook>)]) -> Vec<Result<Tensor, HookError>> {
+        jobs.iter()
+            .map(|(b, h)| self.run_with_hooks(b, h))
+            .collect()
+    }
     /// Forward pass recording `names`, then the backward of a scalar metric of
     /// the output from `dout` (the metric's gradient w.r.t. the output, given
     /// the output): `(output, activations, their gradients)`, TransformerLens's

@@ -72,6 +72,12 @@ impl<'a> Site<'a> {
         Ok(())
     }
 
+    /// Whether `name` is hooked or recorded: a forward may skip handing over
+    /// an activation nobody asked about.
+    pub fn touches(&self, name: &str) -> bool {
+        self.names.contains(&name) || self.hooks.iter().any(|h| h.name == name)
+    }
+
     /// The hooks this forward applies, in order.
     pub fn hooks(&self) -> &'a [Hook] {
         self.hooks
