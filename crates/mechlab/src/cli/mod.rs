@@ -143,6 +143,31 @@ enum Cmd {
         #[arg(long)]
         patch: bool,
     },
+    /// Activation patching and attribution patching on a run's model: each
+    /// cell's clean activation patched into the corrupted run, and its
+    /// first-order estimate from one backward (patching.json, patching.html).
+    Patch {
+        run: PathBuf,
+        /// Clean token ids, a [batch, pos] integer .npy file.
+        #[arg(long)]
+        clean: PathBuf,
+        /// Corrupted token ids of the same shape.
+        #[arg(long)]
+        corrupted: PathBuf,
+        /// `loss` (the clean tokens' next-token loss) or
+        /// `logit-diff:CORRECT,INCORRECT@POS`.
+        #[arg(long, default_value = "loss")]
+        metric: String,
+        /// resid_pre, attn_out, mlp_out, head_out or head_out_by_pos (repeatable).
+        #[arg(long = "kind", default_value = "head_out")]
+        kind: Vec<String>,
+        /// Checkpoint step (default: the latest).
+        #[arg(long)]
+        step: Option<u64>,
+        /// Output folder (default: <run>/patching).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// What the run's experiment measures at a probe step (the transformer's
     /// detectors, composition scores, lens, ...) on any checkpoint, as JSON.
     Measure {
@@ -294,6 +319,35 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             ablate,
             patch,
         } => handlers::intervene(reg, &run, step, ablate, patch),
+        Cmd::Patch {
+            run,
+            clean,
+            corrupted,
+            metric,
+            kind,
+            step,
+            out,
+        } => {
+            let metric = commands::patch::Metric::parse(&metric).map_err(anyhow::Error::msg)?;
+            let kinds = kind
+                .iter()
+                .map(|k| commands::patch::Kind::parse(k))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(anyhow::Error::msg)?;
+            let dir = commands::patch::run(
+                reg,
+                &run,
+                step,
+                &clean,
+                &corrupted,
+                &metric,
+                &kinds,
+                out.as_deref(),
+            )
+            .with_context(|| format!("patching {}", run.display()))?;
+            println!("{}", dir.join("patching.json").display());
+            Ok(0)
+        }
         Cmd::Measure { run, step } => {
             let v = commands::intervene::measure(reg, &run, step)
                 .with_context(|| format!("measuring {}", run.display()))?;

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod encode;
 pub mod export;
 pub mod intervene;
+pub mod patch;
 pub mod report;
 pub mod reproduce;
 pub mod slurm;

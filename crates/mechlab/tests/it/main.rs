@@ -18,6 +18,7 @@ mod intervene_papers;
 mod interventions;
 mod lm_induction;
 mod markov_icl;
+mod patch_cli;
 mod patching;
 mod plugin;
 mod progress;
