@@ -281,6 +281,60 @@ class Model:
         loss = nll if per_token else nll.mean()
         return loss if return_type == "loss" else (logits, loss)
 
+    # text in and out, for runs whose data has a tokenizer
+
+    def _tokenizer(self) -> Tuple[str, Any]:
+        """("bytes", None) or ("json", path) for this run's text, else an error."""
+        from pathlib import Path
+
+        cfg = json.loads(_native.read_config_json(self.run_dir))
+        data = cfg.get("data", {})
+        kept = Path(self.run_dir) / "tokenizer.json"
+        if kept.exists():  # a BPE the run trained (transformer, lm-induction)
+            return "json", kept
+        if cfg.get("experiment") == "transformer" and data.get("file") and not str(data["file"]).endswith(
+            (".npy", ".safetensors")
+        ):
+            if data.get("tokenizer") == "json":
+                return "json", Path(data["tokenizer_file"])
+            return "bytes", None
+        raise HookError(
+            f"{self.run_dir}: this run's data has no tokenizer (token ids from a task, arrays or a generator); "
+            "pass token ids"
+        )
+
+    def to_tokens(self, text: Union[str, Sequence[str]]) -> np.ndarray:
+        """Token ids ``[batch, pos]`` (int64) of a text, or of a list of texts
+        of one length in tokens, under the run's tokenizer (bytes, a trained
+        BPE or the ``tokenizer.json`` it names); no BOS is prepended, as the run
+        trained without one."""
+        texts = [text] if isinstance(text, str) else list(text)
+        kind, path = self._tokenizer()
+        rows = [list(t.encode("utf-8")) if kind == "bytes" else _native.encode_text(path, t)[0] for t in texts]
+        if len({len(r) for r in rows}) != 1:
+            raise HookError(f"to_tokens: the texts have {sorted({len(r) for r in rows})} tokens; one batch needs one length")
+        return np.array(rows, dtype=np.int64)
+
+    def to_str_tokens(self, input: Union[str, ArrayLike]) -> List[str]:
+        """The pieces of a text, or of one sequence of token ids, as the run's
+        tokenizer spells them (bytes as characters, ``\\n`` and ``\\xNN``)."""
+        kind, path = self._tokenizer()
+        if isinstance(input, str):
+            ids = self.to_tokens(input)[0].tolist()
+        else:
+            ids = np.asarray(input).ravel().tolist()
+        if kind == "bytes":
+            return [chr(b) if 32 <= b < 127 else ("\\n" if b == 10 else f"\\x{b:02x}") for b in ids]
+        return [p if p is not None else str(i) for i, p in zip(ids, _native.token_pieces(path, ids))]
+
+    def to_string(self, tokens: ArrayLike) -> str:
+        """The text of one sequence of token ids (bytes decoded as UTF-8)."""
+        kind, path = self._tokenizer()
+        ids = np.asarray(tokens).ravel().tolist()
+        if kind == "bytes":
+            return bytes(ids).decode("utf-8", errors="replace")
+        return _native.decode_ids(path, ids)
+
     # causal analysis (mechlab._patch)
 
     def patch(self, clean: ArrayLike, corrupted: ArrayLike, metric: Any = "loss", kind: str = "head_out") -> Any:

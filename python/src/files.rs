@@ -301,3 +301,28 @@ pub fn attention_html(
     mechlab_report::render_viewer_fragment(&fig, n)
         .map_err(|e| crate::errors::raise(py, crate::errors::Kind::Mechlab, e.to_string()))
 }
+
+/// The ids and pieces of `text` under the `tokenizer.json` at `path`.
+#[pyfunction]
+pub fn encode_text(
+    py: Python<'_>,
+    path: PathBuf,
+    text: String,
+) -> PyResult<(Vec<u32>, Vec<String>)> {
+    mechlab::bpe::encode_with(&path, &text)
+        .map_err(|e| crate::errors::raise(py, crate::errors::Kind::Config, e))
+}
+
+/// Each id's piece under the `tokenizer.json` at `path` (None past its vocabulary).
+#[pyfunction]
+pub fn token_pieces(py: Python<'_>, path: PathBuf, ids: Vec<u32>) -> PyResult<Vec<Option<String>>> {
+    mechlab::bpe::pieces_with(&path, &ids)
+        .map_err(|e| crate::errors::raise(py, crate::errors::Kind::Config, e))
+}
+
+/// The text of `ids` under the `tokenizer.json` at `path`.
+#[pyfunction]
+pub fn decode_ids(py: Python<'_>, path: PathBuf, ids: Vec<u32>) -> PyResult<String> {
+    mechlab::bpe::decode_with(&path, &ids)
+        .map_err(|e| crate::errors::raise(py, crate::errors::Kind::Config, e))
+}

@@ -33,6 +33,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(files::export_model, m)?)?;
     m.add_function(wrap_pyfunction!(files::transformer_lens_state, m)?)?;
     m.add_function(wrap_pyfunction!(files::attention_html, m)?)?;
+    m.add_function(wrap_pyfunction!(files::encode_text, m)?)?;
+    m.add_function(wrap_pyfunction!(files::token_pieces, m)?)?;
+    m.add_function(wrap_pyfunction!(files::decode_ids, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::run, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::resume, m)?)?;
     m.add_function(wrap_pyfunction!(jobs::run_dir, m)?)?;

@@ -133,3 +133,27 @@ def test_the_attention_view_shows_the_cached_pattern_inline(trained):
     assert anchors(html) != anchors(other)
     with pytest.raises(ValueError, match=r"tokens: 3 labels for 16 positions"):
         mechlab.attention_view(pat, ["a", "b", "c"])
+
+
+def test_to_tokens_and_to_str_tokens_use_the_runs_tokenizer(tmp_path, trained):
+    text = "the cat sat on the mat. the dog sat on the hat.\n" * 80
+    (tmp_path / "t.txt").write_text(text)
+    base = {"train.steps": 5, "data.file": str(tmp_path / "t.txt"), "data.seq_len": 16}
+    bpe = mechlab.train({**base, "data.tokenizer": "bpe", "data.bpe_vocab": 300}, out=tmp_path / "bpe", quiet=True)
+    m = bpe.model()
+    ids = m.to_tokens("the cat sat")
+    assert ids.shape[0] == 1 and ids.dtype == np.int64 and ids.max() < m.cfg.d_vocab
+    assert "Ġcat" in m.to_str_tokens("the cat sat")
+    assert m.to_str_tokens(ids[0]) == m.to_str_tokens("the cat sat")
+    assert m.to_string(ids[0]).strip() == "the cat sat"
+    logits, cache = m.run_with_cache(m.to_tokens(["the cat sat on", "the dog sat on"]))
+    assert logits.shape[:2] == cache["pattern", 0].shape[:1] + (logits.shape[1],)
+    by = mechlab.train(base, out=tmp_path / "bytes", quiet=True).model()
+    assert by.to_tokens("hi\n").tolist() == [[104, 105, 10]]
+    assert by.to_str_tokens("hi\n") == ["h", "i", "\\n"]
+    assert by.to_string([104, 105]) == "hi"
+    with pytest.raises(mechlab.HookError, match="one batch needs one length"):
+        by.to_tokens(["a", "bb"])
+    run, _ = trained  # token arrays: no tokenizer
+    with pytest.raises(mechlab.HookError, match="has no tokenizer"):
+        run.model().to_tokens("x")

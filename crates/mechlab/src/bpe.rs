@@ -60,6 +60,32 @@ pub fn encode<S: AsRef<str>>(tk: &Bpe, texts: &[S], key: &str) -> Result<Vec<u32
     Ok(out)
 }
 
+/// The ids and pieces of `text` under the `tokenizer.json` at `path` (a run's
+/// trained BPE, or the file a run names), for `Model.to_tokens`.
+pub fn encode_with(path: &std::path::Path, text: &str) -> Result<(Vec<u32>, Vec<String>), String> {
+    let tk =
+        tokenizers::Tokenizer::from_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let e = tk
+        .encode(text, false)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((e.get_ids().to_vec(), e.get_tokens().to_vec()))
+}
+
+/// The text of `ids` under the `tokenizer.json` at `path` (its decoder).
+pub fn decode_with(path: &std::path::Path, ids: &[u32]) -> Result<String, String> {
+    let tk =
+        tokenizers::Tokenizer::from_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    tk.decode(ids, false)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Each id's piece under the `tokenizer.json` at `path` (`None` past the vocabulary).
+pub fn pieces_with(path: &std::path::Path, ids: &[u32]) -> Result<Vec<Option<String>>, String> {
+    let tk =
+        tokenizers::Tokenizer::from_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(ids.iter().map(|&i| tk.id_to_token(i)).collect())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
