@@ -155,12 +155,17 @@ def _names(model: "Model", kind: str) -> Tuple[List[str], bool, bool]:
     if kind not in SWEEPS:
         raise ValueError(f"kind {kind!r}: expected one of {', '.join(SWEEPS)}")
     leaf, per_head, by_pos = SWEEPS[kind]
-    names = [f"blocks.{l}.{leaf}" for l in range(model.cfg.n_layers)]
     points = {p["name"] for p in model.hook_points()}
+    n_layers = len({p.split(".")[1] for p in points if p.startswith("blocks.")})
+    names = [f"blocks.{l}.{leaf}" for l in range(n_layers)]
     missing = [n for n in names if n not in points]
-    if missing:
-        raise HookError(f"kind {kind!r}: this model has no {missing[0]}")
+    if missing or not names:
+        raise HookError(f"kind {kind!r}: this model has no {missing[0] if missing else 'blocks.0.' + leaf}")
     return names, per_head, by_pos
+
+
+def leaf_is_pattern(name: str) -> bool:
+    return name.endswith("hook_pattern")
 
 
 class Patching:
@@ -188,7 +193,9 @@ def act_patch(model: "Model", clean: ArrayLike, corrupted: ArrayLike, metric: Me
     clean_out, cache = model.run_with_cache(c, names)
     m_clean, m_corr = m(clean_out), m(model(x))
     denom = m_clean - m_corr
-    nh, t = model.cfg.n_heads, c.shape[1]
+    first = cache[names[0]]
+    nh = first.shape[1] if leaf_is_pattern(names[0]) else (first.shape[2] if first.ndim == 4 else 1)
+    t = c.shape[1]
     shape = [len(names)] + ([t] if by_pos else []) + ([nh] if per_head else [])
     out = np.zeros(shape)
     for li, name in enumerate(names):

@@ -126,3 +126,29 @@ def test_a_topic_bert_runs_model_is_its_pretrained_encoder(tmp_path: Path, bert:
     np.testing.assert_array_equal(a, b)
     with pytest.raises(mechlab.CheckpointError, match=r"no checkpoint for step 5 \(this run has steps \[0\]\)"):
         r.model(step=5)
+
+
+def test_patching_and_attribution_run_on_the_pretrained_encoder(bert: mechlab.Pretrained) -> None:
+    """Head patching on the shared encoder (a CLS-direction metric of the last
+    block's output), and attribution patching through the encoder's own
+    backward: they agree (r measured 0.96 over the 72 heads)."""
+    clean = bert.to_tokens(["The cat sat on the mat.", "A bird flew over the house."])
+    corrupted = bert.to_tokens(["The dog sat on the mat.", "A fish swam under the house."])
+    direction = np.random.default_rng(0).standard_normal(384)
+
+    class Cls(mechlab.Metric):
+        def __call__(self, y: np.ndarray) -> float:
+            return float((y[:, 0] @ direction).mean())
+
+        def grad(self, y: np.ndarray) -> np.ndarray:
+            g = np.zeros(y.shape)
+            g[:, 0] = direction / y.shape[0]
+            return g
+
+    out, cache = bert.run_with_cache(clean, "blocks.3.attn.hook_z", incl_bwd=True, metric=Cls())
+    assert cache["blocks.3.attn.hook_z_grad"].shape == cache["blocks.3.attn.hook_z"].shape == (2, 9, 12, 32)
+    assert np.abs(out - bert.run_with_cache(clean, [])[0]).max() < 1e-4, "the f64 path is the fused forward"
+    patched = bert.patch(clean, corrupted, Cls(), kind="head_out")
+    estimated = bert.attribute(clean, corrupted, Cls(), kind="head_out")
+    assert patched.values.shape == (6, 12)
+    assert np.corrcoef(patched.values.ravel(), estimated.values.ravel())[0, 1] > 0.9

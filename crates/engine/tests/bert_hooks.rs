@@ -327,3 +327,73 @@ fn hook_functions_are_the_patch_of_their_result() {
         .to_string();
     assert!(e.contains(name) && e.contains("returned shape [2]"), "{e}");
 }
+
+/// The tiny model with its attention sharpened `scale` times (scale 1: itself).
+fn tiny_scaled(scale: f32) -> Bert {
+    let cfg = BertConfig::from_json_str(CONFIG, "config.json").unwrap();
+    let mut w = BertWeights::from_bytes(&file_bytes("", ""), &cfg, "model.safetensors").unwrap();
+    for l in &mut w.layers {
+        l.wq.iter_mut().for_each(|x| *x *= scale);
+        l.wk.iter_mut().for_each(|x| *x *= scale);
+    }
+    Bert::new(cfg, w)
+}
+
+/// Gradients at every hook point of the encoder (`run_with_grads`, its `f64`
+/// forward and backward) against central finite differences taken through the
+/// same forward, on a batch with a padded sequence; generic and with
+/// saturated attention; and the `f64` forward is the fused one to f32 rounding.
+#[test]
+fn encoder_gradients_at_every_hook_point_are_the_finite_differences() {
+    for scale in [1.0f32, 40.0] {
+        let mut bert = tiny_scaled(scale);
+        let b = batch();
+        let (fused, _) = bert.run_with_cache(&b, &[]).unwrap();
+        let names: Vec<String> = bert.hook_points().iter().map(|p| p.name.clone()).collect();
+        let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let w: Vec<f64> = (0..fused.numel())
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let wt = mechlab_engine::hooks::Tensor::new(fused.shape.clone(), w.clone());
+        let (y, acts, grads) = bert
+            .run_with_grads(&b, &refs, &mut |_| Ok(wt.clone()))
+            .unwrap();
+        for (a, f) in y.data.iter().zip(&fused.data) {
+            assert!((a - f).abs() < 1e-4, "scale {scale}: f64 {a} vs fused {f}");
+        }
+        assert_eq!(grads.len(), names.len());
+        let mut saturated = false;
+        for (si, name) in refs.iter().enumerate() {
+            let site = mechlab_engine::bert::Site::from_index(si, 2).unwrap();
+            assert_eq!(site.name(), *name);
+            let (a, g) = (&acts[*name], &grads[*name]);
+            assert_eq!(a.shape, g.shape, "{name}");
+            if name.ends_with("hook_pattern") {
+                saturated |= a.data.contains(&1.0);
+            }
+            for _ in 0..5 {
+                let i = rng.random_range(0..a.numel());
+                let eps = 1e-6;
+                let metric = |sign: f64| {
+                    let f = bert.forward_f64(&b.tokens, b.batch, b.seq_len, &mut |s, x| {
+                        if s == site {
+                            x[i] += sign * eps;
+                        }
+                    });
+                    f.output.iter().zip(&w).map(|(o, c)| o * c).sum::<f64>()
+                };
+                let fd = (metric(1.0) - metric(-1.0)) / (2.0 * eps);
+                let tol = 1e-6 * (1.0 + fd.abs().max(g.data[i].abs()));
+                assert!(
+                    (fd - g.data[i]).abs() < tol,
+                    "scale {scale} {name}[{i}]: finite difference {fd}, backward {}",
+                    g.data[i]
+                );
+            }
+        }
+        if scale > 1.0 {
+            assert!(saturated, "some attention weight rounds to 1");
+        }
+    }
+}

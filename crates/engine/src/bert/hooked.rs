@@ -17,7 +17,8 @@
 
 use super::encoder::{Bert, Site};
 use crate::hooks::{
-    Ablation, Batch, Hook, HookError, HookPoint, HookedModel, Site as HookSite, Tensor,
+    Ablation, ActivationCache, Batch, Hook, HookError, HookPoint, HookedModel, Site as HookSite,
+    Tensor,
 };
 use crate::parallel::{chunk_range, for_each_chunk};
 
@@ -40,7 +41,7 @@ struct Job<'a> {
 }
 
 impl Bert {
-    fn site_of(&self, name: &str) -> Result<Site, HookError> {
+    pub(super) fn site_of(&self, name: &str) -> Result<Site, HookError> {
         (0..Site::n_sites(self.config.n_layers))
             .filter_map(|i| Site::from_index(i, self.config.n_layers))
             .find(|s| s.name() == name)
@@ -50,7 +51,7 @@ impl Bert {
             })
     }
 
-    fn check_batch(&self, batch: &Batch) -> Result<(), HookError> {
+    pub(super) fn check_batch(&self, batch: &Batch) -> Result<(), HookError> {
         let cfg = &self.config;
         if batch.seq_len == 0 || batch.seq_len > cfg.n_ctx {
             return Err(HookError::Input(format!(
@@ -242,6 +243,16 @@ impl HookedModel for Bert {
 
     fn output_layout(&self) -> String {
         "[batch, pos, d_model]".into()
+    }
+
+    /// Through the `f64` forward and backward of [`super::grad`].
+    fn run_with_grads(
+        &mut self,
+        batch: &Batch,
+        names: &[&str],
+        dout: &mut dyn FnMut(&Tensor) -> Result<Tensor, String>,
+    ) -> Result<(Tensor, ActivationCache, ActivationCache), HookError> {
+        self.grads(batch, names, dout)
     }
 
     /// The hooks are applied per chunk of sequences inside the f32 forward; a

@@ -29,6 +29,7 @@
 
 pub mod config;
 pub mod encoder;
+pub mod grad;
 pub mod hooked;
 pub mod weights;
 
