@@ -382,19 +382,7 @@ impl Bert {
             }
         });
         let y = Tensor::new(vec![n, t, self.config.d_model], f.output.clone());
-        let d = dout(&y).map_err(|reason| HookError::Invalid {
-            name: "the metric".into(),
-            reason,
-        })?;
-        if d.shape != y.shape {
-            return Err(HookError::Invalid {
-                name: "the metric".into(),
-                reason: format!(
-                    "its gradient has shape {:?}, the output {:?}",
-                    d.shape, y.shape
-                ),
-            });
-        }
+        let d = crate::hooks::metric_grad(dout, &y)?;
         let mut grads = ActivationCache::new();
         self.backward_f64(&f, &d.data, &mut |s, g| {
             if let Some(i) = sites.iter().position(|&w| w == s) {

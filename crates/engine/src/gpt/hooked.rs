@@ -161,19 +161,7 @@ impl<T: Float> HookedModel for Gpt<T> {
         w.zero_grads();
         let y = self.forward_in(w, batch, &mut site)?;
         let acts = site.finish()?;
-        let d = dout(&y).map_err(|reason| HookError::Invalid {
-            name: "the metric".into(),
-            reason,
-        })?;
-        if d.shape != y.shape {
-            return Err(HookError::Invalid {
-                name: "the metric".into(),
-                reason: format!(
-                    "its gradient has shape {:?}, the output {:?}",
-                    d.shape, y.shape
-                ),
-            });
-        }
+        let d = crate::hooks::metric_grad(dout, &y)?;
         w.set_dlogits(&d.data);
         let mut grads = ActivationCache::new();
         let mut g = |name: &str, kind: Kind, data: &[T]| {

@@ -1,7 +1,8 @@
 //! One chunk's activations (the cache) and gradients, and the forward and
 //! backward over them (llm.c style: every buffer allocated once, in [`Work::new`]).
 //! (One file past 600 lines: the forward, the backward and the buffers they
-//! share are read side by side, as in the papers' hand-written models.)
+//! share are read side by side, as in the papers' hand-written models; the
+//! backward also hands analysis the gradient at each hook point.)
 //!
 //! A chunk holds `n ≤ per` sequences of `T` positions as `rows = n·T` rows; every
 //! `[rows, ·]` buffer below is the chunk's sequences one after another, so sequence

@@ -198,6 +198,26 @@ fn suggestion(name: &str, available: &[String]) -> String {
     }
 }
 
+/// The gradient `dout` gives for the output `y` of a `run_with_grads`,
+/// checked to have `y`'s shape; either failure is an error naming the metric.
+pub fn metric_grad(
+    dout: &mut dyn FnMut(&Tensor) -> Result<Tensor, String>,
+    y: &Tensor,
+) -> Result<Tensor, HookError> {
+    let invalid = |reason| HookError::Invalid {
+        name: "the metric".into(),
+        reason,
+    };
+    let d = dout(y).map_err(invalid)?;
+    if d.shape != y.shape {
+        return Err(invalid(format!(
+            "its gradient has shape {:?}, the output {:?}",
+            d.shape, y.shape
+        )));
+    }
+    Ok(d)
+}
+
 /// Checks `names` against a model's hook points.
 pub fn check_names(points: &[HookPoint], names: &[&str]) -> Result<(), HookError> {
     for n in names {
