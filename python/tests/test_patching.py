@@ -160,6 +160,20 @@ def test_path_patching_finds_the_key_path_of_a_hand_built_induction_circuit(tmp_
     direct = m.path_patch(clean, corrupted, metric, sender=(0, 0), receiver="logits")
     assert abs(key - 1) < 1e-9, key
     assert abs(query) < 1e-9 and abs(value) < 1e-9 and abs(direct) < 1e-9, (query, value, direct)
+    # direct logit attribution, set by construction: the induction head writes
+    # 10 times its attention on each key into that key's token logit (position 0,
+    # with no predecessor, reads as its own), the previous-token head only into
+    # its own subspace
+    _, cache = m.run_with_cache(clean)
+    heads, labels = cache.stack_head_results(return_labels=True)
+    rows = np.arange(6)
+    correct, incorrect = clean[rows, pos + 1], (clean[rows, pos + 1] + 1) % 8
+    dla = cache.logit_attrs(heads[:, rows, pos], correct, incorrect)
+    attn = cache["pattern", 1][rows, 0, pos]  # [batch, key]
+    want = 10 * ((attn * (clean == correct[:, None])).sum(1) - (attn * (clean == incorrect[:, None])).sum(1))
+    assert labels == ["L0H0", "L1H0"]
+    assert np.abs(dla[0]).max() < 1e-12 and np.abs(dla[1] - want).max() < 1e-9, (dla, want)
+    assert (np.abs(want - 10) < 1e-9).sum() >= 3, want
     with pytest.raises(mechlab.HookError, match="a later layer than every sender"):
         m.path_patch(clean, corrupted, metric, sender=(1, 0), receiver=(1, 0, "k"))
 
