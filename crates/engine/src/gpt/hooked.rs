@@ -145,40 +145,123 @@ impl<T: Float> HookedModel for Gpt<T> {
             .collect()
     }
 
+    /// The forward and backward run chunk by chunk in parallel (the
+    /// training step's fixed chunks, so the numbers do not depend on the
+    /// thread count), each chunk recording its sequences' activations and
+    /// gradients, joined in order. (The hooked forward runs the batch as one
+    /// chunk, so its numbers may differ from these in the last bit.)
     fn run_with_grads(
         &mut self,
         batch: &Batch,
         names: &[&str],
         dout: &mut dyn FnMut(&Tensor) -> Result<Tensor, String>,
     ) -> Result<(Tensor, ActivationCache, ActivationCache), HookError> {
-        self.check_input(batch)?;
-        let points = self.hook_points();
-        let mut site = Site::new(&points, names, &[])?;
-        let (nb, t) = (batch.batch, batch.seq_len);
-        let mut ws = Workspace::with_chunks(self, nb, t, 1);
-        let w = &mut ws.chunks[0];
-        w.load(&batch.tokens, 0..nb, t, false);
-        w.zero_grads();
-        let y = self.forward_in(w, batch, &mut site)?;
-        let acts = site.finish()?;
+        use crate::parallel::chunk_range;
+        use rayon::prelude::*;
+        let (mut ws, y, acts) = self.record(batch, names)?;
+        let (nb, t, v) = (batch.batch, batch.seq_len, self.cfg.d_vocab);
+        let n_chunks = ws.chunks.len();
+        let this = &*self;
         let d = crate::hooks::metric_grad(dout, &y)?;
-        w.set_dlogits(&d.data);
-        let mut grads = ActivationCache::new();
-        let mut g = |name: &str, kind: Kind, data: &[T]| {
-            if names.contains(&name) {
-                let t_ = Tensor::new(
-                    self.shape_of(kind, nb, t),
-                    data.iter().map(|v| v.as_f64()).collect(),
-                );
-                grads.insert(name.to_string(), t_);
-            }
-        };
-        w.backward_visit(self, &mut Some(&mut g));
-        Ok((y, acts, grads))
+        let mut grads: Vec<Rec> = (0..n_chunks).map(|_| Vec::new()).collect();
+        ws.chunks
+            .par_iter_mut()
+            .zip(grads.par_iter_mut())
+            .enumerate()
+            .for_each(|(c, (w, rec))| {
+                let items = chunk_range(nb, n_chunks, c);
+                if items.is_empty() {
+                    return;
+                }
+                w.set_dlogits(&d.data[items.start * t * v..items.end * t * v]);
+                let mut g = |name: &str, kind: Kind, data: &[T]| {
+                    if names.contains(&name) {
+                        rec.push((
+                            name.to_string(),
+                            kind,
+                            data.iter().map(|x| x.as_f64()).collect(),
+                        ));
+                    }
+                };
+                w.backward_visit(this, &mut Some(&mut g));
+            });
+        Ok((y, acts, this.join(grads, t)))
     }
 }
 
+/// Per chunk: each recorded point's name, kind and values, in the order the
+/// pass met them.
+type Rec = Vec<(String, Kind, Vec<f64>)>;
+
 impl<T: Float> Gpt<T> {
+    /// The analysis forward without hooks, chunk by chunk in parallel,
+    /// recording `names`: the workspace (for a backward), the logits and the
+    /// activations.
+    fn record(
+        &self,
+        batch: &Batch,
+        names: &[&str],
+    ) -> Result<(Workspace<T>, Tensor, ActivationCache), HookError> {
+        use crate::parallel::chunk_range;
+        use rayon::prelude::*;
+        self.check_input(batch)?;
+        crate::hooks::check_names(&self.hook_points(), names)?;
+        let (nb, t, v) = (batch.batch, batch.seq_len, self.cfg.d_vocab);
+        let mut ws = Workspace::new(self, nb, t);
+        let n_chunks = ws.chunks.len();
+        let mut acts: Vec<Rec> = (0..n_chunks).map(|_| Vec::new()).collect();
+        ws.chunks
+            .par_iter_mut()
+            .zip(acts.par_iter_mut())
+            .enumerate()
+            .try_for_each(|(c, (w, rec))| -> Result<(), HookError> {
+                let items = chunk_range(nb, n_chunks, c);
+                if items.is_empty() {
+                    return Ok(());
+                }
+                w.load(&batch.tokens, items, t, false);
+                w.zero_grads();
+                let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<(), HookError> {
+                    if names.contains(&name) {
+                        rec.push((
+                            name.to_string(),
+                            kind,
+                            data.iter().map(|x| x.as_f64()).collect(),
+                        ));
+                    }
+                    Ok(())
+                };
+                let mut vis: Visitor<'_, T> = Some(&mut f);
+                w.forward(self, &mut vis)
+            })?;
+        let mut logits = Vec::with_capacity(nb * t * v);
+        for (c, w) in ws.chunks.iter().enumerate() {
+            for s in 0..chunk_range(nb, n_chunks, c).len() {
+                logits.extend(w.logits(s).iter().map(|x| x.as_f64()));
+            }
+        }
+        let acts = self.join(acts, t);
+        Ok((ws, Tensor::new(vec![nb, t, v], logits), acts))
+    }
+
+    /// The chunks' records joined in chunk order into `[batch, ...]` tensors.
+    fn join(&self, per: Vec<Rec>, t: usize) -> ActivationCache {
+        let mut out = ActivationCache::new();
+        for rec in per {
+            for (name, kind, data) in rec {
+                let e = out
+                    .entry(name)
+                    .or_insert_with(|| Tensor::new(self.shape_of(kind, 0, t), Vec::new()));
+                e.data.extend(data);
+            }
+        }
+        for x in out.values_mut() {
+            let per_seq: usize = x.shape.iter().skip(1).product();
+            x.shape[0] = x.data.len() / per_seq.max(1);
+        }
+        out
+    }
+
     fn check_input(&self, batch: &Batch) -> Result<(), HookError> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let c = &self.cfg;
