@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence,
 
 import numpy as np
 
-from ._errors import HookError
 
 if TYPE_CHECKING:
     from ._model import Model
@@ -260,8 +259,3 @@ def _view(cache: "ActivationCache", layer: int, batch: int, tokens: Optional[Seq
         cache[("pattern", layer)], labels, batch=batch, title=f"Attention of layer {layer}, sequence {batch}",
         head_names=[f"L{layer}H{h}" for h in range(cache[("pattern", layer)].shape[1])],
     )
-
-
-def check_hook_name(name: Any) -> None:
-    if not isinstance(name, str) and not callable(name):
-        raise HookError(f"a hook's name is a hook point or a predicate on names, got {type(name).__name__}")

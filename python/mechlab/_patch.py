@@ -71,7 +71,9 @@ class Loss(Metric):
         y = self._targets()
         np.put_along_axis(p, y, np.take_along_axis(p, y, -1) - 1.0, -1)
         g = np.zeros(logits.shape)
-        np.add.at(g, (slice(None), self.positions), p / p.shape[0] / p.shape[1])
+        part = p / p.shape[0] / p.shape[1]
+        for j, at in enumerate(self.positions):  # (a position may be listed twice)
+            g[:, at] += part[:, j]
         return g
 
 
@@ -259,7 +261,7 @@ Head = Tuple[int, int]
 Receiver = Union[str, Tuple[int, int, str]]
 
 
-def _heads(x: Any, what: str) -> List[Any]:
+def _heads(x: Any) -> List[Any]:
     """One head (a tuple) or a list of them."""
     return [x] if isinstance(x, tuple) or isinstance(x, str) else list(x)
 
@@ -285,8 +287,8 @@ def path_patch(
     c, x = _pair(model, clean, corrupted)
     m = as_metric(metric, x)
     cfg = model.cfg
-    senders = _heads(sender, "sender")
-    receivers = _heads(receiver, "receiver")
+    senders = _heads(sender)
+    receivers = _heads(receiver)
     for ls, hs in senders:
         if not (0 <= ls < cfg.n_layers and 0 <= hs < cfg.n_heads):
             raise HookError(f"sender ({ls}, {hs}): the model has {cfg.n_layers} layers of {cfg.n_heads} heads")

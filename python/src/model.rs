@@ -154,6 +154,24 @@ fn hook(py: Python<'_>, d: &Bound<'_, PyDict>, f32: bool) -> PyResult<Hook> {
     })
 }
 
+/// The native hooks of the Python layer's hook dicts.
+fn parse_hooks(py: Python<'_>, dicts: &[Bound<'_, PyDict>], f32: bool) -> PyResult<Vec<Hook>> {
+    dicts.iter().map(|d| hook(py, d, f32)).collect()
+}
+
+/// A cache as `{name: array}` in the run's dtype.
+fn cache_dict<'py>(
+    py: Python<'py>,
+    cache: mechlab_engine::hooks::ActivationCache,
+    f32: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, t) in cache {
+        d.set_item(k, to_numpy(py, t, f32)?)?;
+    }
+    Ok(d)
+}
+
 #[pymethods]
 impl Model {
     /// Every hook point, in forward order: dicts of name, layout and doc.
@@ -193,11 +211,10 @@ impl Model {
                 .run_with_cache(&b, &refs)
         });
         let (out, cache) = res.map_err(|e| hook_err(py, &e))?;
-        let d = PyDict::new(py);
-        for (k, t) in cache {
-            d.set_item(k, to_numpy(py, t, self.f32)?)?;
-        }
-        Ok((to_numpy(py, out, self.f32)?, d))
+        Ok((
+            to_numpy(py, out, self.f32)?,
+            cache_dict(py, cache, self.f32)?,
+        ))
     }
 
     /// Forward pass with `hooks` applied that records `names` after them:
@@ -212,10 +229,7 @@ impl Model {
         targets: Option<PyReadonlyArrayDyn<'py, i64>>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
         let b = batch(py, tokens, targets)?;
-        let hooks = hooks
-            .iter()
-            .map(|d| hook(py, d, self.f32))
-            .collect::<PyResult<Vec<_>>>()?;
+        let hooks = parse_hooks(py, &hooks, self.f32)?;
         let res = py.detach(|| {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
             self.inner
@@ -224,11 +238,10 @@ impl Model {
                 .run_hooked(&b, &hooks, &refs)
         });
         let (out, cache) = res.map_err(|e| hook_err(py, &e))?;
-        let d = PyDict::new(py);
-        for (k, t) in cache {
-            d.set_item(k, to_numpy(py, t, self.f32)?)?;
-        }
-        Ok((to_numpy(py, out, self.f32)?, d))
+        Ok((
+            to_numpy(py, out, self.f32)?,
+            cache_dict(py, cache, self.f32)?,
+        ))
     }
 
     /// Forward pass recording `names`, then the backward of the metric whose
@@ -264,14 +277,11 @@ impl Model {
                 .run_with_grads(&b, &refs, &mut d)
         });
         let (out, acts, grads) = res.map_err(|e| hook_err(py, &e))?;
-        let (da, dg) = (PyDict::new(py), PyDict::new(py));
-        for (k, t) in acts {
-            da.set_item(k, to_numpy(py, t, self.f32)?)?;
-        }
-        for (k, t) in grads {
-            dg.set_item(k, to_numpy(py, t, self.f32)?)?;
-        }
-        Ok((to_numpy(py, out, self.f32)?, da, dg))
+        Ok((
+            to_numpy(py, out, self.f32)?,
+            cache_dict(py, acts, self.f32)?,
+            cache_dict(py, grads, self.f32)?,
+        ))
     }
 
     /// One forward per cell with `patch` patched into `name` at that cell's
@@ -316,10 +326,7 @@ impl Model {
         targets: Option<PyReadonlyArrayDyn<'py, i64>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let b = batch(py, tokens, targets)?;
-        let hooks = hooks
-            .iter()
-            .map(|d| hook(py, d, self.f32))
-            .collect::<PyResult<Vec<_>>>()?;
+        let hooks = parse_hooks(py, &hooks, self.f32)?;
         let res = py.detach(|| {
             self.inner
                 .lock()
