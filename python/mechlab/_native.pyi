@@ -115,7 +115,8 @@ class Model:
         name: str,
         patch: np.ndarray,
         cells: List[Tuple[Optional[List[int]], Optional[List[int]]]],
-    ) -> List[np.ndarray]: ...
+        metric: Callable[[np.ndarray], float],
+    ) -> List[float]: ...
     def run_with_grads(
         self, tokens: np.ndarray, names: List[str], dout: Callable[[np.ndarray], np.ndarray]
     ) -> Tuple[np.ndarray, Dict[str, np.ndarray], Dict[str, np.ndarray]]: ...

@@ -203,17 +203,16 @@ def act_patch(model: "Model", clean: ArrayLike, corrupted: ArrayLike, metric: Me
     for li, name in enumerate(names):
         act = np.ascontiguousarray(cache[name], dtype=np.float64)
         cells = list(np.ndindex(*shape[1:]))
-        # the model runs a group of patched forwards at once (in parallel
-        # where it can); groups bound the outputs held at a time
-        for start in range(0, len(cells), 16):
-            group = cells[start : start + 16]
-            spec = [([int(i[-1])] if per_head else None, [int(i[0])] if by_pos else None) for i in group]
-            if model._context:
-                ys = [model.run_with_hooks(x, [Hook(name, act, heads=h, positions=p)]) for h, p in spec]
-            else:
-                ys = model._m.run_patched(x, model._name(name), act, spec)
-            for idx, y in zip(group, ys):
-                out[(li, *idx)] = (m(y) - m_corr) / denom
+        spec = [([int(i[-1])] if per_head else None, [int(i[0])] if by_pos else None) for i in cells]
+        if model._context:  # Python hook functions are on: the forwards go one by one
+            values = [m(model.run_with_hooks(x, [Hook(name, act, heads=h, positions=p)])) for h, p in spec]
+        else:
+            # one call for the layer: the model runs the patched forwards in
+            # parallel, each resumed at the patched point, and hands each
+            # output to the metric as it comes
+            values = model._m.run_patched(x, model._name(name), act, spec, m)
+        for idx, v in zip(cells, values):
+            out[(li, *idx)] = (v - m_corr) / denom
     axes = ["layer"] + (["pos"] if by_pos else []) + (["head"] if per_head else [])
     return Patching(kind, out, axes, m_clean, m_corr)
 

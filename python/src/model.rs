@@ -132,7 +132,7 @@ fn hook(py: Python<'_>, d: &Bound<'_, PyDict>, f32: bool) -> PyResult<Hook> {
                     ))
                 })?;
                 let a = a.as_array();
-                Ablation::Patch(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
+                Ablation::patch(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
             }
         }
     };
@@ -286,7 +286,9 @@ impl Model {
 
     /// One forward per cell with `patch` patched into `name` at that cell's
     /// heads and positions (`None`: all), in parallel where the model allows:
-    /// the outputs, in order. An activation-patching sweep's inner loop.
+    /// each output handed to `metric` as it comes (with the GIL held only for
+    /// the call), the metric's values in order. An activation-patching
+    /// sweep's inner loop, holding one output per thread.
     fn run_patched<'py>(
         &self,
         py: Python<'py>,
@@ -294,25 +296,44 @@ impl Model {
         name: String,
         patch: PyReadonlyArrayDyn<'py, f64>,
         cells: Vec<Cell>,
-    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        metric: Bound<'py, PyAny>,
+    ) -> PyResult<Vec<f64>> {
         let b = batch(py, tokens, None)?;
         let p = patch.as_array();
-        let t = Tensor::new(p.shape().to_vec(), p.iter().copied().collect());
+        let patch = Ablation::patch(Tensor::new(p.shape().to_vec(), p.iter().copied().collect()));
         let jobs: Vec<(&Batch, Vec<Hook>)> = cells
             .into_iter()
             .map(|(heads, positions)| {
                 let h = Hook {
                     name: name.clone(),
-                    ablation: Ablation::Patch(t.clone()),
+                    ablation: patch.clone(),
                     heads,
                     positions,
                 };
                 (&b, vec![h])
             })
             .collect();
-        let outs = py.detach(|| self.inner.lock().expect("model lock").run_many(&jobs));
-        outs.into_iter()
-            .map(|r| to_numpy(py, r.map_err(|e| hook_err(py, &e))?, self.f32))
+        let metric = metric.unbind();
+        let f32 = self.f32;
+        let values: Mutex<Vec<PyResult<f64>>> =
+            Mutex::new(jobs.iter().map(|_| Ok(f64::NAN)).collect());
+        let each = |i: usize, y: Result<Tensor, HookError>| {
+            let v = Python::attach(|py| -> PyResult<f64> {
+                let y = to_numpy(py, y.map_err(|e| hook_err(py, &e))?, f32)?;
+                metric.bind(py).call1((y,))?.extract::<f64>()
+            });
+            values.lock().expect("sweep values")[i] = v;
+        };
+        py.detach(|| {
+            self.inner
+                .lock()
+                .expect("model lock")
+                .run_many_each(&jobs, &each)
+        });
+        values
+            .into_inner()
+            .expect("sweep values")
+            .into_iter()
             .collect()
     }
 

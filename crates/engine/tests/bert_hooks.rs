@@ -133,7 +133,7 @@ fn patching_the_original_activation_is_exactly_the_identity() {
     assert_eq!(cache["blocks.1.attn.hook_z"].shape, [3, 6, 2, 4]);
     assert_eq!(cache["blocks.0.hook_resid_post"].shape, [3, 6, 8]);
     for n in names {
-        let h = hook(n, Ablation::Patch(cache[n].clone()));
+        let h = hook(n, Ablation::patch(cache[n].clone()));
         assert_eq!(bert.run_with_hooks(&b, &[h]).unwrap(), out, "{n}");
     }
     // No hooks, and the mean over a batch of one, are the identity too.
@@ -201,7 +201,7 @@ fn interventions_change_the_output_where_they_should() {
         .unwrap();
     let p = hook(
         "blocks.1.attn.hook_pattern",
-        Ablation::Patch(c2["blocks.1.attn.hook_pattern"].clone()),
+        Ablation::patch(c2["blocks.1.attn.hook_pattern"].clone()),
     );
     assert!(differs(&bert.run_with_hooks(&b, &[p]).unwrap(), 0..18));
     assert_ne!(
@@ -273,7 +273,7 @@ fn bad_requests_are_errors() {
     let e = bert
         .run_with_hooks(
             &b,
-            &[hook("blocks.0.hook_resid_post", Ablation::Patch(bad))],
+            &[hook("blocks.0.hook_resid_post", Ablation::patch(bad))],
         )
         .unwrap_err();
     assert!(e.to_string().contains("patch has shape [3, 6, 7]"), "{e}");
@@ -318,7 +318,7 @@ fn hook_functions_are_the_patch_of_their_result() {
     let mut h = hook(name, call(twice));
     h.heads = Some(vec![1]);
     let by_fn = bert.run_with_hooks(&b, &[h.clone()]).unwrap();
-    h.ablation = Ablation::Patch(twice(&cache[name]).unwrap());
+    h.ablation = Ablation::patch(twice(&cache[name]).unwrap());
     assert_eq!(bert.run_with_hooks(&b, &[h]).unwrap(), by_fn);
     assert_ne!(by_fn, out);
     let e = bert

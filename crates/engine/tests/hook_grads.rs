@@ -113,6 +113,16 @@ fn check(m: &mut Gpt<f64>, what: &str) {
         metric(&y, &w),
         metric(&m.run_with_cache(&batch, &[]).unwrap().0, &w)
     );
+    // asked alone, a point's gradient is the same bits (the backward stops
+    // past the deepest point asked for), and no parameter stays frozen
+    for name in &refs {
+        let (_, _, one) = m
+            .run_with_grads(&batch, &[name], &mut |_: &Tensor| Ok(w.clone()))
+            .unwrap();
+        assert_eq!(one.len(), 1, "{what} {name}");
+        assert_eq!(one[*name], grads[*name], "{what} {name} alone");
+    }
+    assert!(!m.is_frozen("blocks.0.attn.W_Q"));
     if what == "saturated" {
         assert!(saturated, "some attention weight rounds to 1");
     }

@@ -149,7 +149,7 @@ pub fn mean_hook(
     let data = (0..batch_size).flat_map(|_| mean.iter().copied()).collect();
     Ok(hook(
         name,
-        Ablation::Patch(Tensor::new(shape, data)),
+        Ablation::patch(Tensor::new(shape, data)),
         heads,
         positions,
     ))
@@ -165,7 +165,7 @@ pub fn resample_hook(
     positions: Option<Vec<usize>>,
 ) -> Result<Hook, HookError> {
     let t = activation(m, source, name)?;
-    Ok(hook(name, Ablation::Patch(t), heads, positions))
+    Ok(hook(name, Ablation::patch(t), heads, positions))
 }
 
 /// `batch` with its sequences rotated by one (row `b` becomes row `b + 1`'s
@@ -191,7 +191,7 @@ pub fn roll_batch(batch: &Batch) -> Batch {
 }
 
 /// A metric of a model output (a loss, a logit difference), higher or lower better.
-pub type Metric<'a> = dyn Fn(&Tensor) -> f64 + 'a;
+pub type Metric<'a> = dyn Fn(&Tensor) -> f64 + Sync + 'a;
 
 /// The three reference values of a patching experiment.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -256,18 +256,25 @@ fn grid(
         (1, None)
     };
     let cols = src.shape[pos_axis];
-    let mut patched = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        for p in 0..cols {
-            let h = hook(
-                name,
-                Ablation::Patch(src.clone()),
-                head_axis.map(|_| vec![r]),
-                Some(vec![p]),
-            );
-            patched.push(metric(&m.run_with_hooks(corrupted, &[h])?));
-        }
-    }
+    // every cell's forward at once, in parallel where the model can, each
+    // output reduced to its metric as it comes
+    let src = Ablation::patch(src);
+    let jobs: Vec<(&Batch, Vec<Hook>)> = (0..rows * cols)
+        .map(|i| {
+            let (r, p) = (i / cols, i % cols);
+            let h = hook(name, src.clone(), head_axis.map(|_| vec![r]), Some(vec![p]));
+            (corrupted, vec![h])
+        })
+        .collect();
+    let values = std::sync::Mutex::new(vec![Ok(f64::NAN); jobs.len()]);
+    m.run_many_each(&jobs, &|i, y| {
+        values.lock().expect("patching values")[i] = y.map(|y| metric(&y));
+    });
+    let patched = values
+        .into_inner()
+        .expect("patching values")
+        .into_iter()
+        .collect::<Result<Vec<f64>, HookError>>()?;
     let effect = patched
         .iter()
         .map(|&v| patching_effect(baselines.clean, baselines.corrupted, v))
@@ -330,7 +337,7 @@ pub fn patch_positions(
     };
     let y = m.run_with_hooks(
         corrupted,
-        &[hook(name, Ablation::Patch(src), None, positions)],
+        &[hook(name, Ablation::patch(src), None, positions)],
     )?;
     let v = metric(&y);
     Ok((v, b, patching_effect(b.clean, b.corrupted, v)))
@@ -409,6 +416,19 @@ pub fn control_keys(mut candidates: Vec<usize>, n: usize, salt: usize) -> Vec<us
     candidates.sort_by_key(|&j| hash(j));
     candidates.truncate(n);
     candidates
+}
+
+/// Pearson's correlation of two series (attribution against patching).
+pub fn pearson(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        sab += (x - ma) * (y - mb);
+        saa += (x - ma).powi(2);
+        sbb += (y - mb).powi(2);
+    }
+    sab / (saa * sbb).sqrt()
 }
 
 #[cfg(test)]

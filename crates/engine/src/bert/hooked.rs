@@ -300,7 +300,7 @@ impl HookedModel for Bert {
                 }
                 // the function's values where the hook selects, the activation's elsewhere
                 let mut h = hooks[i].clone();
-                h.ablation = Ablation::Patch(new);
+                h.ablation = Ablation::patch(new);
                 resolved[i] = h;
                 continue;
             }
@@ -311,7 +311,7 @@ impl HookedModel for Bert {
             }
             mean.iter_mut().for_each(|m| *m /= batch.batch as f64);
             let data = mean.iter().copied().cycle().take(act.numel()).collect();
-            resolved[i].ablation = Ablation::Patch(Tensor::new(act.shape.clone(), data));
+            resolved[i].ablation = Ablation::patch(Tensor::new(act.shape.clone(), data));
         }
         let all: Vec<(Site, &Hook)> = sites.iter().copied().zip(resolved.iter()).collect();
         let (out, tensors) = self.forward_batch(batch, &all, &wanted);

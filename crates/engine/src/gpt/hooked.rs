@@ -28,6 +28,8 @@
 //! assert_eq!(cache["blocks.1.attn.hook_pattern"].shape, vec![1, 2, 4, 4]);
 //! ```
 
+use super::backward::GradSink;
+use super::forward::Resume;
 use super::work::{Kind, Visitor};
 use super::{Gpt, Workspace};
 use crate::hooks::{
@@ -119,30 +121,63 @@ impl<T: Float> HookedModel for Gpt<T> {
     fn forward_hooked(&mut self, batch: &Batch, site: &mut Site) -> Result<Tensor, HookError> {
         self.check_input(batch)?;
         let (nb, t) = (batch.batch, batch.seq_len);
-        let mut ws = Workspace::with_chunks(self, nb, t, 1);
+        let mut ws = self.scratch.take(self, nb, t, 1);
         let w = &mut ws.chunks[0];
         w.load(&batch.tokens, 0..nb, t, false);
-        self.forward_in(w, batch, site)
+        let y = self.forward_in(w, batch, site, None);
+        self.scratch.put(ws);
+        y
     }
 
-    /// In parallel over the jobs: each forward builds its own workspace and
-    /// only reads the model.
-    fn run_many(&mut self, jobs: &[(&Batch, Vec<Hook>)]) -> Vec<Result<Tensor, HookError>> {
+    /// With no hooks, the training forward's fixed chunks in parallel (what
+    /// `run_with_grads` records too); with hooks, one chunk, so a hook sees
+    /// the whole batch (a mean ablation's mean is over all of it).
+    fn run_hooked(
+        &mut self,
+        batch: &Batch,
+        hooks: &[Hook],
+        names: &[&str],
+    ) -> Result<(Tensor, ActivationCache), HookError> {
+        if hooks.is_empty() {
+            let (ws, y, acts) = self.record(batch, names)?;
+            self.scratch.put(ws);
+            return Ok((y, acts));
+        }
+        let points = self.hook_points();
+        let mut site = Site::new(&points, names, hooks)?;
+        let y = self.forward_hooked(batch, &mut site)?;
+        Ok((y, site.finish()?))
+    }
+
+    /// In parallel over the jobs, each forward only reading the model. Jobs
+    /// on one batch (a patching sweep) share its unhooked forward: each
+    /// resumes at its first hooked point with what comes before taken from
+    /// that forward, so a patch in a late layer reruns only the layers after
+    /// it. Same bits as running each job whole.
+    fn run_many_each(
+        &mut self,
+        jobs: &[(&Batch, Vec<Hook>)],
+        each: &(dyn Fn(usize, Result<Tensor, HookError>) + Sync),
+    ) {
         use rayon::prelude::*;
         let points = self.hook_points();
         let this = &*self;
-        jobs.par_iter()
-            .map(|(batch, hooks)| {
+        let shared = jobs.first().map(|j| j.0);
+        if jobs.len() > 1 && jobs.iter().all(|j| Some(j.0) == shared) {
+            if let Some(b) = shared {
+                return this.run_resumed(b, jobs, &points, each);
+            }
+        }
+        jobs.par_iter().enumerate().for_each(|(i, (batch, hooks))| {
+            let run = || {
                 this.check_input(batch)?;
-                let mut site = Site::new(&points, &[], hooks)?;
                 let mut ws = Workspace::with_chunks(this, batch.batch, batch.seq_len, 1);
                 let w = &mut ws.chunks[0];
                 w.load(&batch.tokens, 0..batch.batch, batch.seq_len, false);
-                let y = this.forward_in(w, batch, &mut site)?;
-                site.finish()?;
-                Ok(y)
-            })
-            .collect()
+                this.resume_job(w, batch, &points, hooks, None)
+            };
+            each(i, run());
+        });
     }
 
     /// The forward and backward run chunk by chunk in parallel (the
@@ -161,8 +196,11 @@ impl<T: Float> HookedModel for Gpt<T> {
         let (mut ws, y, acts) = self.record(batch, names)?;
         let (nb, t, v) = (batch.batch, batch.seq_len, self.cfg.d_vocab);
         let n_chunks = ws.chunks.len();
-        let this = &*self;
         let d = crate::hooks::metric_grad(dout, &y)?;
+        // only the activations' gradients are asked for: every parameter is
+        // frozen for the pass, which skips the weight products
+        let frozen = std::mem::replace(&mut self.frozen, vec![true; self.params.len()]);
+        let this = &*self;
         let mut grads: Vec<Rec> = (0..n_chunks).map(|_| Vec::new()).collect();
         ws.chunks
             .par_iter_mut()
@@ -175,17 +213,15 @@ impl<T: Float> HookedModel for Gpt<T> {
                 }
                 w.set_dlogits(&d.data[items.start * t * v..items.end * t * v]);
                 let mut g = |name: &str, kind: Kind, data: &[T]| {
-                    if names.contains(&name) {
-                        rec.push((
-                            name.to_string(),
-                            kind,
-                            data.iter().map(|x| x.as_f64()).collect(),
-                        ));
-                    }
+                    let data = data.iter().map(|x| x.as_f64()).collect();
+                    rec.push((name.to_string(), kind, data));
                 };
-                w.backward_visit(this, &mut Some(&mut g));
+                let sink = GradSink { f: &mut g, names };
+                w.backward_visit(this, &mut Some(sink));
             });
-        Ok((y, acts, this.join(grads, t)))
+        self.frozen = frozen;
+        self.scratch.put(ws);
+        Ok((y, acts, self.join(grads, t)))
     }
 }
 
@@ -207,7 +243,7 @@ impl<T: Float> Gpt<T> {
         self.check_input(batch)?;
         crate::hooks::check_names(&self.hook_points(), names)?;
         let (nb, t, v) = (batch.batch, batch.seq_len, self.cfg.d_vocab);
-        let mut ws = Workspace::new(self, nb, t);
+        let mut ws = self.scratch.take(self, nb, t, crate::parallel::N_CHUNKS);
         let n_chunks = ws.chunks.len();
         let mut acts: Vec<Rec> = (0..n_chunks).map(|_| Vec::new()).collect();
         ws.chunks
@@ -220,7 +256,6 @@ impl<T: Float> Gpt<T> {
                     return Ok(());
                 }
                 w.load(&batch.tokens, items, t, false);
-                w.zero_grads();
                 let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<(), HookError> {
                     if names.contains(&name) {
                         rec.push((
@@ -262,6 +297,82 @@ impl<T: Float> Gpt<T> {
         out
     }
 
+    /// [`HookedModel::run_many_each`] for jobs that share `batch`: its unhooked
+    /// forward once, then each job resumed at its first hooked point, the
+    /// latest first so that what each reads before its point is still that
+    /// forward's. The jobs are dealt round-robin to one workspace per thread.
+    fn run_resumed(
+        &self,
+        batch: &Batch,
+        jobs: &[(&Batch, Vec<Hook>)],
+        points: &[HookPoint],
+        each: &(dyn Fn(usize, Result<Tensor, HookError>) + Sync),
+    ) {
+        use rayon::prelude::*;
+        let fail = |e: HookError| (0..jobs.len()).for_each(|i| each(i, Err(e.clone())));
+        if let Err(e) = self.check_input(batch) {
+            return fail(e);
+        }
+        let (nb, t) = (batch.batch, batch.seq_len);
+        let mut ws = self.scratch.take(self, nb, t, 1);
+        let base = &mut ws.chunks[0];
+        base.load(&batch.tokens, 0..nb, t, false);
+        let mut none = Site::new(points, &[], &[]).expect("no hooks");
+        if let Err(e) = self.forward_in(base, batch, &mut none, None) {
+            return fail(e);
+        }
+        // each job's resume point: its first hooked point in forward order
+        let start = |hooks: &[Hook]| -> Result<Option<Resume>, HookError> {
+            let site = Site::new(points, &[], hooks)?;
+            let first = points.iter().find(|p| site.touches(&p.name));
+            Ok(first.and_then(|p| Resume::at(&p.name)))
+        };
+        let mut order: Vec<(Option<Resume>, usize)> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, h))| (start(h).ok().flatten(), i))
+            .collect();
+        order.sort_by(|a, b| b.cmp(a));
+        // what each resume point reads first, as the unhooked forward left it
+        let mut saved = std::collections::BTreeMap::new();
+        for r in order
+            .iter()
+            .filter_map(|o| o.0)
+            .flat_map(Resume::overwrites)
+        {
+            saved
+                .entry(r)
+                .or_insert_with(|| base.at_mut(self, r).to_vec());
+        }
+        let base = &*base;
+        let lanes = rayon::current_num_threads().clamp(1, order.len());
+        (0..lanes).into_par_iter().for_each(|lane| {
+            let mut w = base.clone();
+            for &(from, i) in order.iter().skip(lane).step_by(lanes) {
+                for r in from.into_iter().flat_map(Resume::overwrites) {
+                    w.at_mut(self, r).copy_from_slice(&saved[&r]);
+                }
+                each(i, self.resume_job(&mut w, batch, points, &jobs[i].1, from));
+            }
+        });
+        self.scratch.put(ws);
+    }
+
+    /// One job of [`Gpt::run_resumed`] on `w`, resumed at `from`.
+    fn resume_job(
+        &self,
+        w: &mut super::work::Work<T>,
+        batch: &Batch,
+        points: &[HookPoint],
+        hooks: &[Hook],
+        from: Option<Resume>,
+    ) -> Result<Tensor, HookError> {
+        let mut site = Site::new(points, &[], hooks)?;
+        let y = self.forward_in(w, batch, &mut site, from)?;
+        site.finish()?;
+        Ok(y)
+    }
+
     fn check_input(&self, batch: &Batch) -> Result<(), HookError> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let c = &self.cfg;
@@ -298,6 +409,7 @@ impl<T: Float> Gpt<T> {
         w: &mut super::work::Work<T>,
         batch: &Batch,
         site: &mut Site,
+        from: Option<Resume>,
     ) -> Result<Tensor, HookError> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let c = &self.cfg;
@@ -320,6 +432,9 @@ impl<T: Float> Gpt<T> {
                 },
             };
             let shape = self.shape_of(kind, nb, t);
+            if site.visit_in_place(name, data, &shape, axes)? {
+                return Ok(());
+            }
             let mut x = Tensor::new(shape, data.iter().map(|v| v.as_f64()).collect());
             site.visit(name, &mut x, axes)?;
             data.iter_mut()
@@ -328,7 +443,7 @@ impl<T: Float> Gpt<T> {
             Ok(())
         };
         let mut vis: Visitor<'_, T> = Some(&mut f);
-        w.forward(self, &mut vis)?;
+        w.forward_from(self, from, &mut vis)?;
         let v = c.d_vocab;
         let logits = (0..nb)
             .flat_map(|s| w.logits(s).iter().map(|x| x.as_f64()).collect::<Vec<_>>())

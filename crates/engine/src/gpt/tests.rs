@@ -416,6 +416,137 @@ fn hooked_forward_is_the_training_forward_and_hooks_act() {
     assert!(err.to_string().contains("token 9 outside"), "{err}");
 }
 
+/// A sweep's forwards on one batch resume at their hooked point from the
+/// unhooked forward: every job's output is the same bits as running it alone,
+/// whatever the order of the jobs, and a bad job fails alone.
+#[test]
+fn resumed_jobs_are_the_jobs_run_whole() {
+    use crate::hooks::Tensor;
+    for (mlp, pos) in [
+        (true, PositionalEmbedding::Standard),
+        (false, PositionalEmbedding::Rpe),
+    ] {
+        let cfg = tiny(mlp, Normalization::LN, pos, false);
+        let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
+        perturb(&mut m, 6);
+        let (b, t) = (3, 5);
+        let batch = Batch::new(tokens(b, t, cfg.d_vocab, 7), b, t);
+        let other = Batch::new(tokens(b, t, cfg.d_vocab, 8), b, t);
+        let names: Vec<String> = m.hook_points().into_iter().map(|p| p.name).collect();
+        let (_, clean) = m
+            .run_with_cache(
+                &other,
+                &names.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            )
+            .unwrap();
+        // every point patched from the other batch, by head and position where it has them
+        let mut jobs: Vec<(&Batch, Vec<Hook>)> = Vec::new();
+        for (i, name) in names.iter().enumerate().rev() {
+            let heads = (name.contains("attn.hook_")).then(|| vec![i % 2]);
+            let hook = |positions| Hook {
+                name: name.clone(),
+                ablation: Ablation::patch(clean[name].clone()),
+                heads: heads.clone(),
+                positions,
+            };
+            jobs.push((&batch, vec![hook(Some(vec![i % t]))]));
+            jobs.push((&batch, vec![hook(None)]));
+        }
+        jobs.swap(1, 7);
+        jobs.push((&batch, Vec::new()));
+        let bad = Hook {
+            name: "blocks.9.attn.hook_z".into(),
+            ablation: Ablation::Zero,
+            heads: None,
+            positions: None,
+        };
+        jobs.insert(3, (&batch, vec![bad]));
+        let many = m.run_many(&jobs);
+        for (j, ((bt, hooks), got)) in jobs.iter().zip(&many).enumerate() {
+            let whole: Result<Tensor, _> = m.run_with_hooks(bt, hooks);
+            match (whole, got) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a.data, b.data, "mlp {mlp}: job {j} {:?}", hooks[0].name)
+                }
+                (Err(a), Err(b)) => assert_eq!(&a, b),
+                (a, b) => panic!("job {j}: alone {a:?}, in the sweep {b:?}"),
+            }
+        }
+        assert!(many[3].is_err());
+        let y0 = m.run_with_hooks(&batch, &[]).unwrap();
+        assert_ne!(
+            many[0].as_ref().unwrap().data,
+            y0.data,
+            "the patches change the output"
+        );
+    }
+}
+
+/// The analysis workspace kept between calls leaks nothing from one call into
+/// the next: after a hook has filled every buffer it reaches with junk, each
+/// pass equals a fresh model's (a clone keeps no workspace).
+#[test]
+fn a_kept_workspace_carries_nothing_over() {
+    use crate::hooks::{HookFn, Tensor};
+    let cfg = tiny(
+        true,
+        Normalization::LN,
+        PositionalEmbedding::Standard,
+        false,
+    );
+    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
+    perturb(&mut m, 6);
+    let (b, t) = (3, 5);
+    let (x, y) = (tokens(b, t, 7, 1), tokens(b, t, 7, 2));
+    let (bx, by) = (Batch::new(x, b, t), Batch::new(y, b, t));
+    let junk = |t: &Tensor| Ok(Tensor::new(t.shape.clone(), vec![7.0; t.numel()]));
+    let names: Vec<String> = m.hook_points().into_iter().map(|p| p.name).collect();
+    let hooks: Vec<Hook> = names
+        .iter()
+        .map(|n| Hook {
+            name: n.clone(),
+            ablation: Ablation::Call(HookFn(std::sync::Arc::new(junk))),
+            heads: None,
+            positions: None,
+        })
+        .collect();
+    let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    let dout = |y: &Tensor| Ok(Tensor::new(y.shape.clone(), vec![1.0; y.numel()]));
+    for pass in 0..2 {
+        let _ = m.run_with_hooks(&bx, &hooks).unwrap();
+        let _ = m
+            .run_with_grads(&bx, &refs, &mut |y: &Tensor| dout(y))
+            .unwrap();
+        let mut fresh = m.clone();
+        assert_eq!(
+            m.run_with_cache(&by, &refs).unwrap(),
+            fresh.run_with_cache(&by, &refs).unwrap(),
+            "pass {pass}"
+        );
+        let _ = m.run_with_hooks(&bx, &hooks).unwrap();
+        let one = [Hook {
+            name: "blocks.1.attn.hook_pattern".into(),
+            ablation: Ablation::Zero,
+            heads: Some(vec![0]),
+            positions: None,
+        }];
+        let (a, b) = (
+            m.run_with_hooks(&by, &one).unwrap(),
+            fresh.run_with_hooks(&by, &one).unwrap(),
+        );
+        assert_eq!(a, b);
+        let g = m
+            .run_with_grads(&by, &refs, &mut |y: &Tensor| dout(y))
+            .unwrap();
+        assert_eq!(
+            g,
+            fresh
+                .run_with_grads(&by, &refs, &mut |y: &Tensor| dout(y))
+                .unwrap()
+        );
+    }
+}
+
 /// At saturation (one attention weight rounds to 1 in f64) the gradients still
 /// point where the double-double's do: the softmax backward does not cancel.
 #[test]

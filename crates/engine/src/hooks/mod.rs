@@ -155,11 +155,19 @@ pub enum Ablation {
     /// reference batch is [`Ablation::Patch`] of a precomputed tensor).
     Mean,
     /// Replace the selected entries by this tensor's (same shape as the activation:
-    /// activation patching from another run, or resample ablation).
-    Patch(Tensor),
+    /// activation patching from another run, or resample ablation). Shared, so
+    /// a sweep's many hooks hold one copy ([`Ablation::patch`] wraps one).
+    Patch(std::sync::Arc<Tensor>),
     /// Replace the selected entries by those of the function's result on the
     /// whole activation (which must keep its shape).
     Call(HookFn),
+}
+
+impl Ablation {
+    /// [`Ablation::Patch`] of `t`.
+    pub fn patch(t: Tensor) -> Ablation {
+        Ablation::Patch(std::sync::Arc::new(t))
+    }
 }
 
 /// One intervention on a named activation, optionally restricted to some heads
@@ -286,9 +294,22 @@ pub trait HookedModel {
     /// order; a model whose forward only reads it runs them in parallel. What
     /// an activation-patching sweep asks: one forward per patched cell.
     fn run_many(&mut self, jobs: &[(&Batch, Vec<Hook>)]) -> Vec<Result<Tensor, HookError>> {
-        jobs.iter()
-            .map(|(b, h)| self.run_with_hooks(b, h))
-            .collect()
+        let out = std::sync::Mutex::new(vec![None; jobs.len()]);
+        self.run_many_each(jobs, &|i, y| out.lock().expect("run_many")[i] = Some(y));
+        let out = out.into_inner().expect("run_many");
+        out.into_iter().map(|y| y.expect("every job ran")).collect()
+    }
+    /// [`run_many`](Self::run_many) handing each job's output to `each(job,
+    /// output)` as it comes (in any order), so a sweep of many forwards holds
+    /// one output per thread, not one per job.
+    fn run_many_each(
+        &mut self,
+        jobs: &[(&Batch, Vec<Hook>)],
+        each: &(dyn Fn(usize, Result<Tensor, HookError>) + Sync),
+    ) {
+        for (i, (b, h)) in jobs.iter().enumerate() {
+            each(i, self.run_with_hooks(b, h));
+        }
     }
     /// Forward pass recording `names`, then the backward of a scalar metric of
     /// the output from `dout` (the metric's gradient w.r.t. the output, given

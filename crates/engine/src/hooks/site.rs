@@ -24,6 +24,7 @@
 //! ```
 
 use super::{check_names, Ablation, ActivationCache, Hook, HookError, HookPoint, Tensor};
+use crate::Float;
 
 /// Which axes of an activation a hook's `heads` and `positions` restrict.
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,6 +71,31 @@ impl<'a> Site<'a> {
             self.cache.insert(name.to_string(), t.clone());
         }
         Ok(())
+    }
+
+    /// [`Site::visit`] straight into the model's own buffer `data` (`shape`),
+    /// when no hook on `name` is a function and `name` is not recorded (both
+    /// need a [`Tensor`]): `false` when the caller must visit with one. A
+    /// patching sweep's forwards write their patch this way, with no copy.
+    pub fn visit_in_place<T: Float>(
+        &mut self,
+        name: &str,
+        data: &mut [T],
+        shape: &[usize],
+        axes: Axes,
+    ) -> Result<bool, HookError> {
+        let mine = |h: &Hook| h.name == name;
+        let call = |h: &Hook| matches!(h.ablation, Ablation::Call(_));
+        if self.names.contains(&name) || self.hooks.iter().any(|h| mine(h) && call(h)) {
+            return Ok(false);
+        }
+        for (i, h) in self.hooks.iter().enumerate() {
+            if mine(h) {
+                apply_in_place(data, shape, h, axes)?;
+                self.reached[i] = true;
+            }
+        }
+        Ok(true)
     }
 
     /// Whether `name` is hooked or recorded: a forward may skip handing over
@@ -143,22 +169,51 @@ fn check_indices(
 /// Writes `hook`'s ablation into the selected entries of `t`.
 pub fn apply(t: &mut Tensor, hook: &Hook, axes: Axes) -> Result<(), HookError> {
     let name = hook.name.as_str();
-    let heads = check_indices(name, "head", &hook.heads, axes.head, &t.shape)?;
-    let pos = check_indices(name, "position", &hook.positions, axes.pos, &t.shape)?;
-    let called;
-    let patch = match &hook.ablation {
-        Ablation::Patch(p) => Some(p),
-        Ablation::Call(f) => {
-            called = (f.0)(t).map_err(|reason| HookError::Invalid {
-                name: name.to_string(),
-                reason,
-            })?;
-            Some(&called)
-        }
-        Ablation::Zero | Ablation::Mean => None,
+    let called = match &hook.ablation {
+        Ablation::Call(f) => Some((f.0)(t).map_err(|reason| HookError::Invalid {
+            name: name.to_string(),
+            reason,
+        })?),
+        _ => None,
     };
+    let patch = match &hook.ablation {
+        Ablation::Patch(p) => Some(&**p),
+        _ => called.as_ref(),
+    };
+    let shape = t.shape.clone();
+    write(&mut t.data, &shape, hook, patch, axes, |x| x)
+}
+
+/// [`apply`] straight into an activation of the model's float type, for a
+/// hook that is not a function (which needs the activation as a [`Tensor`]).
+fn apply_in_place<T: Float>(
+    data: &mut [T],
+    shape: &[usize],
+    hook: &Hook,
+    axes: Axes,
+) -> Result<(), HookError> {
+    let patch = match &hook.ablation {
+        Ablation::Patch(p) => Some(&**p),
+        _ => None,
+    };
+    write(data, shape, hook, patch, axes, T::of)
+}
+
+/// Writes the ablation (`patch`: the tensor a patch or a function gives)
+/// into the entries of `data` (`shape`) that `hook` selects.
+fn write<T: Float>(
+    data: &mut [T],
+    shape: &[usize],
+    hook: &Hook,
+    patch: Option<&Tensor>,
+    axes: Axes,
+    of: impl Fn(f64) -> T,
+) -> Result<(), HookError> {
+    let name = hook.name.as_str();
+    let heads = check_indices(name, "head", &hook.heads, axes.head, shape)?;
+    let pos = check_indices(name, "position", &hook.positions, axes.pos, shape)?;
     if let Some(p) = patch {
-        if p.shape != t.shape {
+        if p.shape != shape {
             let what = if matches!(hook.ablation, Ablation::Call(_)) {
                 "the hook function returned"
             } else {
@@ -166,42 +221,67 @@ pub fn apply(t: &mut Tensor, hook: &Hook, axes: Axes) -> Result<(), HookError> {
             };
             return Err(HookError::Invalid {
                 name: name.to_string(),
-                reason: format!("{what} shape {:?}, the activation {:?}", p.shape, t.shape),
+                reason: format!("{what} shape {:?}, the activation {:?}", p.shape, shape),
             });
         }
     }
-    // Row-major strides, to read an entry's head and position index.
-    let mut strides = vec![1usize; t.shape.len()];
-    for k in (0..t.shape.len().saturating_sub(1)).rev() {
-        strides[k] = strides[k + 1] * t.shape[k + 1];
-    }
-    let idx = |flat: usize, axis: usize| (flat / strides[axis]) % t.shape[axis];
-    let selected = |flat: usize| {
-        heads
-            .as_ref()
-            .is_none_or(|k| k[idx(flat, axes.head.unwrap_or(0))])
-            && pos
-                .as_ref()
-                .is_none_or(|k| k[idx(flat, axes.pos.unwrap_or(0))])
-    };
-    let batch = t.shape.first().copied().unwrap_or(1).max(1);
-    let per = t.numel() / batch;
-    let mean: Vec<f64> = if hook.ablation == Ablation::Mean {
+    let numel = data.len();
+    let batch = shape.first().copied().unwrap_or(1).max(1);
+    let per = numel / batch;
+    let mean: Vec<T> = if hook.ablation == Ablation::Mean {
         (0..per)
-            .map(|j| (0..batch).map(|b| t.data[b * per + j]).sum::<f64>() / batch as f64)
+            .map(|j| {
+                let sum: f64 = (0..batch).map(|b| data[b * per + j].as_f64()).sum();
+                of(sum / batch as f64)
+            })
             .collect()
     } else {
         Vec::new()
     };
-    for flat in 0..t.numel() {
-        if !selected(flat) {
-            continue;
-        }
-        t.data[flat] = match (&hook.ablation, patch) {
-            (Ablation::Mean, _) => mean[flat % per],
-            (_, Some(p)) => p.data[flat],
-            (_, None) => 0.0,
+    // The entries go by runs along the last axis, which no hook selects on
+    // (else runs of one): each run is kept or written whole, its leading
+    // indices counted as an odometer.
+    let nd = shape.len();
+    let last_selected = [(axes.head, &heads), (axes.pos, &pos)]
+        .iter()
+        .any(|(a, k)| k.is_some() && *a == Some(nd.saturating_sub(1)));
+    let run = if nd < 2 || last_selected {
+        1
+    } else {
+        shape[nd - 1].max(1)
+    };
+    let keep = |ix: &[usize]| {
+        let on = |a: Option<usize>, k: &Option<Vec<bool>>| {
+            k.as_ref().is_none_or(|k| k[ix[a.unwrap_or(0)]])
         };
+        on(axes.head, &heads) && on(axes.pos, &pos)
+    };
+    let mut ix = vec![0usize; nd];
+    for start in (0..numel).step_by(run) {
+        if keep(&ix) {
+            let out = &mut data[start..start + run];
+            match (&hook.ablation, patch) {
+                (Ablation::Mean, _) => {
+                    let j = start % per;
+                    out.copy_from_slice(&mean[j..j + run]);
+                }
+                (_, Some(p)) => {
+                    let src = &p.data[start..start + run];
+                    out.iter_mut().zip(src).for_each(|(o, &v)| *o = of(v));
+                }
+                (_, None) => out.iter_mut().for_each(|x| *x = T::zero()),
+            }
+        }
+        // the next run's index: the odometer over the axes before the run
+        let mut k = if run > 1 { nd - 1 } else { nd };
+        while k > 0 {
+            k -= 1;
+            ix[k] += 1;
+            if ix[k] < shape[k] {
+                break;
+            }
+            ix[k] = 0;
+        }
     }
     Ok(())
 }
@@ -261,7 +341,7 @@ mod tests {
         let src = Tensor::new(vec![2, 3, 2, 1], vec![-1.0; 12]);
         apply(
             &mut u,
-            &hook(Ablation::Patch(src), Some(vec![0]), None),
+            &hook(Ablation::patch(src), Some(vec![0]), None),
             AXES,
         )
         .unwrap();
@@ -272,6 +352,56 @@ mod tests {
             .all(|(i, v)| (*v == -1.0) == (i % 2 == 0)));
     }
 
+    /// `apply` writes by runs; here each entry is decoded on its own.
+    #[test]
+    fn runs_are_the_entries_one_by_one() {
+        let shape = [2usize, 3, 4, 5];
+        let n: usize = shape.iter().product();
+        let t = Tensor::new(
+            shape.to_vec(),
+            (0..n).map(|i| i as f64 * 0.5 - 7.0).collect(),
+        );
+        let p = Tensor::new(shape.to_vec(), (0..n).map(|i| 100.0 + i as f64).collect());
+        let at = |flat: usize, axis: usize| {
+            flat / shape[axis + 1..].iter().product::<usize>() % shape[axis]
+        };
+        for (head, pos) in [(1, 2), (2, 1), (1, 3), (3, 2)] {
+            for ablation in [Ablation::Zero, Ablation::Mean, Ablation::patch(p.clone())] {
+                let h = Hook {
+                    name: "x".into(),
+                    ablation: ablation.clone(),
+                    heads: Some(vec![0, 2]),
+                    positions: Some(vec![1]),
+                };
+                let mut got = t.clone();
+                let axes = Axes {
+                    head: Some(head),
+                    pos: Some(pos),
+                };
+                apply(&mut got, &h, axes).unwrap();
+                // in place in f32: the same entries, narrowed
+                let mut narrow: Vec<f32> = t.data.iter().map(|&x| x as f32).collect();
+                apply_in_place(&mut narrow, &shape, &h, axes).unwrap();
+                let want: Vec<f32> = got.data.iter().map(|&x| x as f32).collect();
+                assert_eq!(narrow, want, "in place, {ablation:?}");
+                for (i, &g) in got.data.iter().enumerate() {
+                    let hit = [0, 2].contains(&at(i, head)) && at(i, pos) == 1;
+                    let per = n / shape[0];
+                    let want = match (&ablation, hit) {
+                        (_, false) => t.data[i],
+                        (Ablation::Zero, _) => 0.0,
+                        (Ablation::Mean, _) => (t.data[i % per] + t.data[i % per + per]) / 2.0,
+                        _ => p.data[i],
+                    };
+                    assert_eq!(
+                        g, want,
+                        "head axis {head}, pos axis {pos}, {ablation:?}, entry {i}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_hooks_are_errors() {
         let mut t = z();
@@ -279,7 +409,7 @@ mod tests {
         assert!(apply(&mut t, &out_of_range, AXES).is_err());
         let no_axis = hook(Ablation::Zero, Some(vec![0]), None);
         assert!(apply(&mut t, &no_axis, Axes::default()).is_err());
-        let wrong = hook(Ablation::Patch(Tensor::zeros(vec![2, 3, 2])), None, None);
+        let wrong = hook(Ablation::patch(Tensor::zeros(vec![2, 3, 2])), None, None);
         assert!(apply(&mut t, &wrong, AXES).is_err());
         assert_eq!(t, z(), "a failed hook leaves the activation alone");
         // a hook on a listed point the forward never visits is an error at the end

@@ -13,9 +13,9 @@
 //! a shell or a batch job, written as `patching.json` and a `patching.html`
 //! page of heatmaps.
 
-use crate::patching::patching_effect;
+use crate::patching::{patching_effect, pearson};
 use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// One cell of a sweep: its heads and positions (`None`: all).
@@ -169,7 +169,7 @@ impl Kind {
 
 /// One sweep's result: `patching` and `attribution` row-major over `shape`
 /// (`axes`), normalised; the metric on the clean and the corrupted run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sweep {
     pub kind: String,
     pub axes: Vec<String>,
@@ -182,18 +182,6 @@ pub struct Sweep {
     pub correlation: f64,
     pub seconds_patching: f64,
     pub seconds_attribution: f64,
-}
-
-fn pearson(a: &[f64], b: &[f64]) -> f64 {
-    let n = a.len() as f64;
-    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
-    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
-    for (x, y) in a.iter().zip(b) {
-        sab += (x - ma) * (y - mb);
-        saa += (x - ma).powi(2);
-        sbb += (y - mb).powi(2);
-    }
-    sab / (saa * sbb).sqrt()
 }
 
 /// The sweep of `kind` on `model`; the inputs must have one shape.
@@ -223,8 +211,10 @@ pub fn sweep(
     let (y_corr, _) = model.run_with_cache(corrupted, &[])?;
     let (m_corr, _) = metric.eval(&y_corr, clean);
     let act0 = &cache[&names[0]];
-    let (t, heads) = (act0.shape[1], act0.shape.get(2).copied().unwrap_or(1));
     let per_head = matches!(kind, Kind::HeadOut | Kind::HeadOutByPos);
+    // a residual-stream point has one "head": its whole [pos, d_model] row
+    let t = act0.shape[1];
+    let heads = if per_head { act0.shape[2] } else { 1 };
     let by_pos = !matches!(kind, Kind::HeadOut);
     let mut shape = vec![names.len()];
     if by_pos {
@@ -242,23 +232,27 @@ pub fn sweep(
     };
     let mut patching = Vec::with_capacity(names.len() * cells.len());
     for name in &names {
-        for group in cells.chunks(16) {
-            let jobs: Vec<(&Batch, Vec<Hook>)> = group
-                .iter()
-                .map(|(h, p)| {
-                    let hook = Hook {
-                        name: name.clone(),
-                        ablation: Ablation::Patch(cache[name].clone()),
-                        heads: h.clone(),
-                        positions: p.clone(),
-                    };
-                    (corrupted, vec![hook])
-                })
-                .collect();
-            for y in model.run_many(&jobs) {
-                let (v, _) = metric.eval(&y?, clean);
-                patching.push(patching_effect(m_clean, m_corr, v));
-            }
+        let patch = Ablation::patch(cache[name].clone());
+        let jobs: Vec<(&Batch, Vec<Hook>)> = cells
+            .iter()
+            .map(|(h, p)| {
+                let hook = Hook {
+                    name: name.clone(),
+                    ablation: patch.clone(),
+                    heads: h.clone(),
+                    positions: p.clone(),
+                };
+                (corrupted, vec![hook])
+            })
+            .collect();
+        // each output reduced to its metric as it comes
+        let values = std::sync::Mutex::new(vec![Ok(f64::NAN); jobs.len()]);
+        model.run_many_each(&jobs, &|i, y| {
+            let v = y.map(|y| metric.eval(&y, clean).0);
+            values.lock().expect("patching values")[i] = v;
+        });
+        for v in values.into_inner().expect("patching values") {
+            patching.push(patching_effect(m_clean, m_corr, v?));
         }
     }
     let seconds_patching = t0.elapsed().as_secs_f64();
@@ -381,15 +375,45 @@ pub fn run(
         &out.join("patching.json"),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
-    let (report, figures) = page(dir, &sweeps);
+    let (section, figures) = section(sweeps.iter());
+    let report =
+        mechlab_report::Report::new(&format!("Patching {}", dir.display())).with_section(section);
     let html = mechlab_report::render_html(&report, &figures)?;
     crate::run::atomic::write(&out.join("patching.html"), html.as_bytes())?;
+    if out == dir.join("patching") {
+        // the run's own report gains the section (see `report_section`)
+        super::report::build(reg, dir)?;
+    }
     Ok(out)
 }
 
-/// A page of heatmaps: each sweep's patching and attribution side by side.
-fn page(dir: &Path, sweeps: &[Sweep]) -> (mechlab_report::Report, Vec<mechlab_report::Figure>) {
-    use mechlab_report::{Figure, Report, Section};
+/// The "Patching" section of the run's report, from the sweeps the last
+/// `mechlab patch` wrote into `<run>/patching/patching.json` (none: `None`).
+pub fn report_section(
+    dir: &Path,
+) -> Option<(mechlab_report::Section, Vec<mechlab_report::Figure>)> {
+    let text = std::fs::read_to_string(dir.join("patching").join("patching.json")).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let sweeps: Vec<Sweep> = serde_json::from_value(json.get("sweeps")?.clone()).ok()?;
+    let (mut section, figures) = section(sweeps.iter());
+    let inputs = |k: &str| json[k].as_str().unwrap_or("?").to_string();
+    section.blocks.insert(
+        0,
+        mechlab_report::Block::Markdown(format!(
+            "`mechlab patch` with `--clean {}` and `--corrupted {}`, metric `{}` (`patching/patching.json`).",
+            inputs("clean"),
+            inputs("corrupted"),
+            inputs("metric")
+        )),
+    );
+    Some((section, figures))
+}
+
+/// A section of heatmaps: each sweep's patching and attribution side by side.
+fn section<'a>(
+    sweeps: impl Iterator<Item = &'a Sweep>,
+) -> (mechlab_report::Section, Vec<mechlab_report::Figure>) {
+    use mechlab_report::{Figure, Section};
     let mut figures = Vec::new();
     let mut section = Section::new("Patching");
     for s in sweeps {
@@ -416,7 +440,7 @@ fn page(dir: &Path, sweeps: &[Sweep]) -> (mechlab_report::Report, Vec<mechlab_re
             } else {
                 values.clone()
             };
-            let id = format!("{}_{what}", s.kind);
+            let id = format!("{what}_{}", s.kind);
             figures.push(Figure::heatmap(
                 &id,
                 &format!("{} — {what}", s.kind),
@@ -438,6 +462,5 @@ fn page(dir: &Path, sweeps: &[Sweep]) -> (mechlab_report::Report, Vec<mechlab_re
             section = section.figure(&id);
         }
     }
-    let report = Report::new(&format!("Patching {}", dir.display())).with_section(section);
-    (report, figures)
+    (section, figures)
 }

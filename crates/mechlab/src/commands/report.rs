@@ -80,6 +80,13 @@ pub fn document(
             blocks: vec![Block::Markdown(notes)],
         });
     }
+    // the patching section's figures are written beside the run's own
+    // (`figures/patching_*`): listed once, under that section
+    let patching = super::patch::report_section(dir);
+    let mut figures = figures;
+    if let Some((_, pf)) = &patching {
+        figures.retain(|f| pf.iter().all(|p| p.id != f.id));
+    }
     if !figures.is_empty() {
         sections.push(Section {
             title: "Figures".into(),
@@ -88,6 +95,10 @@ pub fn document(
                 .map(|f| Block::Figure(f.id.clone()))
                 .collect(),
         });
+    }
+    if let Some((section, patch_figures)) = patching {
+        sections.push(section);
+        figures.extend(patch_figures);
     }
     sections.push(Section {
         title: "Metrics".into(),

@@ -86,7 +86,7 @@ pub(crate) fn common(
         let clean = &cache[*name];
         // patching an activation with itself is exactly the identity
         let same = m
-            .run_with_hooks(batch, &[hook(name, Ablation::Patch(clean.clone()))])
+            .run_with_hooks(batch, &[hook(name, Ablation::patch(clean.clone()))])
             .unwrap();
         assert_eq!(same, y, "{name}: self-patch");
         // zero and mean ablations change the output
@@ -105,7 +105,7 @@ pub(crate) fn common(
         }
         // patching the clean activation into the corrupted run moves its output
         let patched = m
-            .run_with_hooks(corrupt, &[hook(name, Ablation::Patch(clean.clone()))])
+            .run_with_hooks(corrupt, &[hook(name, Ablation::patch(clean.clone()))])
             .unwrap();
         if bad_cache[*name] != *clean {
             assert_ne!(patched, y_bad, "{name}: clean patch into the corrupted run");
@@ -120,7 +120,7 @@ pub(crate) fn common(
         let mut wrong = bad_cache[*name].clone();
         wrong.shape.push(1);
         assert!(m
-            .run_with_hooks(batch, &[hook(name, Ablation::Patch(wrong))])
+            .run_with_hooks(batch, &[hook(name, Ablation::patch(wrong))])
             .is_err());
         hook_functions(m, batch, name, clean, &y);
     }
@@ -144,7 +144,7 @@ fn hook_functions(m: &mut dyn HookedModel, batch: &Batch, name: &str, clean: &Te
         .run_with_hooks(batch, &[hook(name, call(move |t| Ok(twice(t))))])
         .unwrap();
     let by_patch = m
-        .run_with_hooks(batch, &[hook(name, Ablation::Patch(twice(clean)))])
+        .run_with_hooks(batch, &[hook(name, Ablation::patch(twice(clean)))])
         .unwrap();
     assert_eq!(
         by_fn, by_patch,
@@ -296,7 +296,7 @@ fn head_and_position_restrictions_touch_only_their_entries() {
             &batch,
             &[
                 hook("blocks.1.ffn.hook_kernel", Ablation::Zero),
-                hook("blocks.1.ffn.hook_kernel", Ablation::Patch(k2)),
+                hook("blocks.1.ffn.hook_kernel", Ablation::patch(k2)),
             ],
         )
         .unwrap();
@@ -305,7 +305,7 @@ fn head_and_position_restrictions_touch_only_their_entries() {
             &batch,
             &[hook(
                 "blocks.1.ffn.hook_kernel",
-                Ablation::Patch(Tensor::new(
+                Ablation::patch(Tensor::new(
                     k.shape.clone(),
                     k.data.iter().map(|v| v * 2.0).collect(),
                 )),

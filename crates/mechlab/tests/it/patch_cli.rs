@@ -83,7 +83,7 @@ fn patch_writes_the_sweep_and_its_attribution() {
     };
     let hook = Hook {
         name: "blocks.1.attn.hook_z".into(),
-        ablation: Ablation::Patch(cache["blocks.1.attn.hook_z"].clone()),
+        ablation: Ablation::patch(cache["blocks.1.attn.hook_z"].clone()),
         heads: Some(vec![2]),
         positions: None,
     };
@@ -97,6 +97,54 @@ fn patch_writes_the_sweep_and_its_attribution() {
     let got = heads["patching"][6].as_f64().unwrap();
     assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     assert_eq!(json["sweeps"][1]["shape"], serde_json::json!([2, 16]));
+    for s in json["sweeps"].as_array().unwrap() {
+        let n = |k: &str| s[k].as_array().unwrap().len();
+        assert_eq!(n("attribution"), n("patching"), "{}: one estimate per cell", s["kind"]);
+    }
+    let report = || std::fs::read_to_string(run.join("report.html")).unwrap_or_default();
+    assert!(
+        !report().contains("mechlab patch</code> with"),
+        "--out elsewhere leaves the run's report"
+    );
+
+    // into the run's folder: its report gains the section, once, and keeps
+    // it when rebuilt
+    assert_eq!(cli(&args[..args.len() - 2]).unwrap(), 0);
+    assert!(run.join("patching").join("patching.json").exists());
+    assert!(run.join("figures").join("patching_head_out.svg").exists());
+    let count = |html: &str| html.matches("id=\"fig-patching_head_out\"").count();
+    assert_eq!(count(&report()), 1, "one heatmap per figure");
+    assert!(report().contains("mechlab patch</code> with"));
+    assert_eq!(cli(&["report", run.to_str().unwrap()]).unwrap(), 0);
+    assert_eq!(count(&report()), 1, "rebuilt, still once");
+
+    // intervene: every head ablated (in parallel, resumed at its layer) gives
+    // the same loss as the top head's ablation run on its own
+    assert_eq!(cli(&["intervene", run.to_str().unwrap()]).unwrap(), 0);
+    let iv: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("intervene.json")).unwrap())
+            .unwrap();
+    let every = &iv["every_head"];
+    let change: Vec<f64> = serde_json::from_value(every["loss_change"].clone()).unwrap();
+    assert_eq!(change.len(), 8);
+    assert!(every["correlation"].as_f64().unwrap().is_finite());
+    let top = &iv["effects"][0];
+    let label = top["intervention"].as_str().unwrap();
+    let (l, h) = label[1..].split_once('H').unwrap();
+    let (l, h): (usize, usize) = (l.parse().unwrap(), h[..1].parse().unwrap());
+    let (clean_loss, hit) = (
+        top["clean"].as_f64().unwrap(),
+        top["intervened"].as_f64().unwrap(),
+    );
+    assert!(
+        (clean_loss + change[l * 4 + h] - hit).abs() < 1e-9,
+        "{label}: {hit} vs {clean_loss} + {}",
+        change[l * 4 + h]
+    );
+    assert!(run
+        .join("figures")
+        .join("intervene_every_head.svg")
+        .exists());
 
     // errors name what is wrong
     let short = dir.path().join("short.npy");

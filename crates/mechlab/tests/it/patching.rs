@@ -116,7 +116,7 @@ fn every_kind(m: &mut dyn HookedModel) {
     let all = m
         .run_with_hooks(
             &other,
-            &[hook("hook_embed", Ablation::Patch(src), None, None)],
+            &[hook("hook_embed", Ablation::patch(src), None, None)],
         )
         .unwrap();
     assert_eq!(all, y, "patching every position recovers the clean output");
@@ -135,7 +135,7 @@ fn every_kind(m: &mut dyn HookedModel) {
     let cell = m
         .run_with_hooks(
             &other,
-            &[hook(Z, Ablation::Patch(src), Some(vec![2]), Some(vec![7]))],
+            &[hook(Z, Ablation::patch(src), Some(vec![2]), Some(vec![7]))],
         )
         .unwrap();
     assert_eq!(g.patched[2 * 11 + 7], loss(&cell));

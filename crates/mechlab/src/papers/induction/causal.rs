@@ -157,7 +157,7 @@ pub fn patch_heads_at_query(
     let bad = metric(&m.run_with_hooks(&setup.corrupted, &[])?);
     let hk = hook(
         HEAD_OUT,
-        Ablation::Patch(src),
+        Ablation::patch(src),
         Some(heads.to_vec()),
         Some(vec![setup.clean.seq_len]),
     );

@@ -109,7 +109,7 @@ pub fn intervene(
             control_keys(rest, hit.len(), b * t + q)
         };
         let mut run_with = |p: Tensor| -> Result<f64, InterveneError> {
-            let y = m.run_with_hooks(&batch, &[hook(&name, Ablation::Patch(p), None, None)])?;
+            let y = m.run_with_hooks(&batch, &[hook(&name, Ablation::patch(p), None, None)])?;
             Ok(loss(&y, &batch, &next))
         };
         let hit = run_with(drop_keys(&own, keys))?;

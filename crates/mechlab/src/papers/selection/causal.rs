@@ -66,7 +66,7 @@ pub fn token_ablation(
         for (patch, flips) in [(top, &mut top_flips), (rnd, &mut rand_flips)] {
             let hook = Hook {
                 name: names[0].into(),
-                ablation: Ablation::Patch(patch),
+                ablation: Ablation::patch(patch),
                 heads: None,
                 positions: None,
             };

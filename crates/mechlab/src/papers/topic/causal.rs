@@ -236,7 +236,7 @@ pub fn patched_dev_losses<T: Float>(
                 let logits = match patcher(k, &own, &b, i) {
                     None => clean.clone(),
                     Some(t) => {
-                        m.run_with_hooks(&b, &[hook(PATTERN, Ablation::Patch(t), None, None)])?
+                        m.run_with_hooks(&b, &[hook(PATTERN, Ablation::patch(t), None, None)])?
                     }
                 };
                 *s += doc_loss_sum(&logits, &b.targets, kind);

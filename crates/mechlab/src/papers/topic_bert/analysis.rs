@@ -225,7 +225,7 @@ fn gaps_of(
                                 control_keys(keys(b, q, Class::DifferentTopic), hit.len(), q)
                             }
                         });
-                        hook(name, Ablation::Patch(p), None, None)
+                        hook(name, Ablation::patch(p), None, None)
                     })
                     .collect()
             }
