@@ -95,6 +95,9 @@ def main() -> None:
     results = {}
     for _ in range(args.rounds):
         for key, f in (("tl_sweep", tl_sweep), ("ml_sweep", ml_sweep), ("tl_attr", tl_attribute), ("ml_attr", ml_attribute)):
+            # each timed call starts with the cores idle: torch's OpenMP and
+            # numpy's BLAS threads spin for a while after their last call
+            time.sleep(0.5)
             t = time.perf_counter()
             results[key] = f()
             times[key].append(time.perf_counter() - t)

@@ -109,6 +109,9 @@ class Model:
     def run_with_hooks(
         self, tokens: np.ndarray, hooks: List[Dict[str, Any]], targets: Optional[np.ndarray] = None
     ) -> np.ndarray: ...
+    def attribute_cells(
+        self, clean: np.ndarray, corrupted: np.ndarray, names: List[str], dout: Callable[[np.ndarray], np.ndarray]
+    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]: ...
     def run_patched(
         self,
         tokens: np.ndarray,

@@ -224,23 +224,18 @@ def attribute(model: "Model", clean: ArrayLike, corrupted: ArrayLike, metric: Me
     c, x = _pair(model, clean, corrupted)
     m = as_metric(metric, x)
     names, per_head, by_pos = _names(model, kind)
-    clean_out, cache = model.run_with_cache(c, names)
-    corr_out, corr = model.run_with_cache(x, names, incl_bwd=True, metric=m)
+    if model._context:
+        raise HookError("attribute inside hooks(...): gradients are of the model as it is")
+    # one native call: the estimate per [layer, pos, head] is formed where the
+    # activations are, none crosses into Python
+    clean_out, corr_out, cells = model._m.attribute_cells(
+        c, x, [model._name(n) for n in names], lambda y: np.asarray(m.grad(y), dtype=np.float64)
+    )
     m_clean, m_corr = m(clean_out), m(corr_out)
     denom = m_clean - m_corr
-    rows = []
-    for name in names:
-        d = (np.asarray(cache[name], np.float64) - np.asarray(corr[name], np.float64)) * corr[name + "_grad"]
-        if name.endswith("hook_pattern"):  # [batch, head, q, k]
-            v = d.sum(axis=(0, 3))  # [head, q]
-            rows.append(v.T if by_pos else v.sum(1))
-        elif per_head:  # [batch, pos, head, d_head]
-            v = d.sum(axis=(0, 3))  # [pos, head]
-            rows.append(v if by_pos else v.sum(0))
-        else:  # [batch, pos, d]
-            rows.append(d.sum(axis=(0, 2)))
-    # the patch's first-order effect on the batch mean
-    out = np.stack(rows) / denom
+    # [layer, pos, head]: the patch's first-order effect on the batch mean
+    out = cells.sum(axis=1) if not by_pos else cells
+    out = (out if per_head else out[..., 0]) / denom
     axes = ["layer"] + (["pos"] if by_pos else []) + (["head"] if per_head else [])
     return Patching(kind, out, axes, m_clean, m_corr)
 

@@ -258,19 +258,7 @@ impl Model {
         let f32 = self.f32;
         let res = py.detach(|| {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            let mut d = |y: &Tensor| -> Result<Tensor, String> {
-                Python::attach(|py| {
-                    let arr = to_numpy(py, y.clone(), f32).map_err(|e| e.to_string())?;
-                    let out = dout.bind(py).call1((arr,)).map_err(|e| {
-                        format!("the metric raised\n{}", crate::generator::traceback(py, &e))
-                    })?;
-                    let a: PyReadonlyArrayDyn<'_, f64> = out
-                        .extract()
-                        .map_err(|_| "the metric's gradient is not a float array".to_string())?;
-                    let a = a.as_array();
-                    Ok(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
-                })
-            };
+            let mut d = metric_grad_fn(&dout, f32);
             self.inner
                 .lock()
                 .expect("model lock")
@@ -281,6 +269,45 @@ impl Model {
             to_numpy(py, out, self.f32)?,
             cache_dict(py, acts, self.f32)?,
             cache_dict(py, grads, self.f32)?,
+        ))
+    }
+
+    /// Attribution patching in one call: the clean forward recording `names`,
+    /// the corrupted forward and backward of the metric whose gradient
+    /// `dout(output)` returns, and each point's estimate per position and head
+    /// (`mechlab::patching::attribution_cells`), so no activation crosses into
+    /// Python: (clean output, corrupted output, [len(names), pos, head] array).
+    fn attribute_cells<'py>(
+        &self,
+        py: Python<'py>,
+        clean: PyReadonlyArray2<'py, i64>,
+        corrupted: PyReadonlyArray2<'py, i64>,
+        names: Vec<String>,
+        dout: Py<PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let (c, x) = (batch(py, clean, None)?, batch(py, corrupted, None)?);
+        let f32 = self.f32;
+        let res = py.detach(|| -> Result<_, HookError> {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut d = metric_grad_fn(&dout, f32);
+            let mut m = self.inner.lock().expect("model lock");
+            let (yc, cache) = m.run_with_cache(&c, &refs)?;
+            let (yx, acts, grads) = m.run_with_grads(&x, &refs, &mut d)?;
+            let mut shape = vec![names.len(), 0, 0];
+            let mut cells = Vec::new();
+            for n in &refs {
+                let (t, h, v) =
+                    mechlab::patching::attribution_cells(n, &cache[*n], &acts[*n], &grads[*n]);
+                (shape[1], shape[2]) = (t, h);
+                cells.extend(v);
+            }
+            Ok((yc, yx, Tensor::new(shape, cells)))
+        });
+        let (yc, yx, cells) = res.map_err(|e| hook_err(py, &e))?;
+        Ok((
+            to_numpy(py, yc, self.f32)?,
+            to_numpy(py, yx, self.f32)?,
+            to_numpy(py, cells, false)?,
         ))
     }
 
@@ -355,6 +382,27 @@ impl Model {
                 .run_with_hooks(&b, &hooks)
         });
         to_numpy(py, res.map_err(|e| hook_err(py, &e))?, self.f32)
+    }
+}
+
+/// The engine's `dout` from a Python callable returning the metric's
+/// gradient w.r.t. the output (called with the GIL held).
+fn metric_grad_fn(
+    dout: &Py<PyAny>,
+    f32: bool,
+) -> impl FnMut(&Tensor) -> Result<Tensor, String> + '_ {
+    move |y: &Tensor| {
+        Python::attach(|py| {
+            let arr = to_numpy(py, y.clone(), f32).map_err(|e| e.to_string())?;
+            let out = dout.bind(py).call1((arr,)).map_err(|e| {
+                format!("the metric raised\n{}", crate::generator::traceback(py, &e))
+            })?;
+            let a: PyReadonlyArrayDyn<'_, f64> = out
+                .extract()
+                .map_err(|_| "the metric's gradient is not a float array".to_string())?;
+            let a = a.as_array();
+            Ok(Tensor::new(a.shape().to_vec(), a.iter().copied().collect()))
+        })
     }
 }
 

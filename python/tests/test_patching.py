@@ -65,6 +65,26 @@ def test_attribution_equals_patching_where_the_metric_is_linear(linear_run):
     assert np.corrcoef(heads.values.ravel(), est.values.ravel())[0, 1] > 0.99
     by_pos = m.attribute(clean, corrupted, metric, kind="head_out_by_pos")
     assert np.allclose(by_pos.values.sum(1), est.values)
+    # the native estimate is (clean − corrupted) · gradient from the cache,
+    # summed over the batch and the last axis
+    for kind, leaf in (("resid_post", "hook_resid_post"), ("head_out_by_pos", "attn.hook_z"),
+                       ("head_pattern_by_pos", "attn.hook_pattern"), ("head_v", "attn.hook_v")):
+        native = m.attribute(clean, corrupted, metric, kind=kind).values
+        names = [f"blocks.{l}.{leaf}" for l in range(2)]
+        y, c = m.run_with_cache(clean, names)
+        yx, x = m.run_with_cache(corrupted, names, incl_bwd=True, metric=metric)
+        rows = []
+        for n in names:
+            d = (c[n].astype(np.float64) - x[n]) * x[n + "_grad"]
+            rows.append(d.sum(axis=(0, 3)).T if leaf.endswith("pattern") else d.sum(axis=(0, d.ndim - 1)))
+        want = np.stack(rows) / (metric(y) - metric(yx))
+        if kind == "head_v":
+            want = want.sum(1)
+        assert native.shape == want.shape, kind
+        assert np.allclose(native, want, rtol=1e-6, atol=1e-9), kind
+    with m.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", lambda act, hook: None)]):
+        with pytest.raises(mechlab.HookError, match="attribute inside hooks"):
+            m.attribute(clean, corrupted, metric, kind="head_out")
 
 
 def test_patching_errors_name_what_is_wrong(linear_run, induction_run):

@@ -418,6 +418,40 @@ pub fn control_keys(mut candidates: Vec<usize>, n: usize, salt: usize) -> Vec<us
     candidates
 }
 
+/// Attribution patching's estimate at one hook point, per position and head:
+/// `Σ (clean − corrupted) · ∂metric/∂activation` over the batch and the last
+/// axis, `[pos, head]` row-major (one "head" for a point without heads; the
+/// query position for a pattern `[batch, head, query_pos, key_pos]`).
+/// Returns `(positions, heads, cells)`.
+pub fn attribution_cells(
+    name: &str,
+    clean: &Tensor,
+    corrupted: &Tensor,
+    grad: &Tensor,
+) -> (usize, usize, Vec<f64>) {
+    let s = &clean.shape;
+    let last = *s.last().unwrap_or(&1);
+    let pattern = name.ends_with("hook_pattern") && s.len() == 4;
+    let (t, heads) = match s.len() {
+        4 if pattern => (s[2], s[1]),
+        4 => (s[1], s[2]),
+        _ => (s.get(1).copied().unwrap_or(1), 1),
+    };
+    let mut cells = vec![0.0; t * heads];
+    let rows = clean.data.chunks_exact(last.max(1));
+    let rows = rows.zip(corrupted.data.chunks_exact(last.max(1)));
+    for (r, ((c, x), g)) in rows.zip(grad.data.chunks_exact(last.max(1))).enumerate() {
+        let (p, h) = match (s.len(), pattern) {
+            (4, true) => (r % t, (r / t) % heads),
+            (4, false) => ((r / heads) % t, r % heads),
+            _ => (r % t, 0),
+        };
+        let dot: f64 = c.iter().zip(x).zip(g).map(|((c, x), g)| (c - x) * g).sum();
+        cells[p * heads + h] += dot;
+    }
+    (t, heads, cells)
+}
+
 /// Pearson's correlation of two series (attribution against patching).
 pub fn pearson(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len() as f64;

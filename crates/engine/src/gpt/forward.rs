@@ -232,16 +232,13 @@ impl<T: Float> Work<T> {
         if at(Stage::V) {
             self.attend(m, l);
         }
-        if at(Stage::Pattern) && vis.is_some() {
-            // a hook may change the pattern: z is recomputed from what it left
+        if at(Stage::Pattern) {
+            // a hook that changes the pattern: z is recomputed from what it left
             let p = &mut self.pattern[l][..dm.n * dm.pat_len()];
-            visit(
-                vis,
-                || format!("blocks.{l}.attn.hook_pattern"),
-                Kind::Pattern,
-                p,
-            )?;
-            self.z_from_pattern(dm, l);
+            let name = || format!("blocks.{l}.attn.hook_pattern");
+            if visit(vis, name, Kind::Pattern, p)? {
+                self.z_from_pattern(dm, l);
+            }
         }
         if at(Stage::Z) {
             let z = &mut self.z[l][..nhd];
@@ -280,7 +277,8 @@ impl<T: Float> Work<T> {
             || format!("blocks.{l}.hook_resid_post"),
             Kind::Resid,
             out,
-        )
+        )?;
+        Ok(())
     }
 
     /// Block `l`'s `q, k, v = LN1(resid_pre) · W_{Q,K,V}ᵀ + b`: `[rows, H·d_head]` each.

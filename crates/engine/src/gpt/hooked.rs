@@ -256,7 +256,7 @@ impl<T: Float> Gpt<T> {
                     return Ok(());
                 }
                 w.load(&batch.tokens, items, t, false);
-                let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<(), HookError> {
+                let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<bool, HookError> {
                     if names.contains(&name) {
                         rec.push((
                             name.to_string(),
@@ -264,7 +264,7 @@ impl<T: Float> Gpt<T> {
                             data.iter().map(|x| x.as_f64()).collect(),
                         ));
                     }
-                    Ok(())
+                    Ok(false)
                 };
                 let mut vis: Visitor<'_, T> = Some(&mut f);
                 w.forward(self, &mut vis)
@@ -413,9 +413,9 @@ impl<T: Float> Gpt<T> {
     ) -> Result<Tensor, HookError> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let c = &self.cfg;
-        let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<(), HookError> {
+        let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<bool, HookError> {
             if !site.touches(name) {
-                return Ok(());
+                return Ok(false);
             }
             let axes = match kind {
                 Kind::Resid | Kind::Mlp => Axes {
@@ -433,14 +433,14 @@ impl<T: Float> Gpt<T> {
             };
             let shape = self.shape_of(kind, nb, t);
             if site.visit_in_place(name, data, &shape, axes)? {
-                return Ok(());
+                return Ok(true);
             }
             let mut x = Tensor::new(shape, data.iter().map(|v| v.as_f64()).collect());
             site.visit(name, &mut x, axes)?;
             data.iter_mut()
                 .zip(&x.data)
                 .for_each(|(a, &b)| *a = T::of(b));
-            Ok(())
+            Ok(true)
         };
         let mut vis: Visitor<'_, T> = Some(&mut f);
         w.forward_from(self, from, &mut vis)?;

@@ -25,19 +25,21 @@ pub enum Kind {
     Mlp,
 }
 
-/// What the analysis forward calls at each hook point (`None` when training).
+/// What the analysis forward calls at each hook point (`None` when training):
+/// `Ok(true)` when it may have changed the activation.
 pub(crate) type Visitor<'v, T> =
-    Option<&'v mut dyn FnMut(&str, Kind, &mut [T]) -> Result<(), HookError>>;
+    Option<&'v mut dyn FnMut(&str, Kind, &mut [T]) -> Result<bool, HookError>>;
 
+/// Hands `data` to the visitor: whether it may have changed it.
 pub(super) fn visit<T>(
     v: &mut Visitor<'_, T>,
     name: impl FnOnce() -> String,
     kind: Kind,
     data: &mut [T],
-) -> Result<(), HookError> {
+) -> Result<bool, HookError> {
     match v {
         Some(f) => f(&name(), kind, data),
-        None => Ok(()),
+        None => Ok(false),
     }
 }
 

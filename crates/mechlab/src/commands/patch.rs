@@ -263,17 +263,7 @@ pub fn sweep(
     let mut attribution = Vec::with_capacity(patching.len());
     for name in &names {
         let (c, x, g) = (&cache[name], &acts[name], &grads[name]);
-        // per (pos, head) over the batch and the last axis
-        let last = *c.shape.last().expect("a batch axis and more");
-        let mut cell = vec![0.0; t * heads];
-        for (i, ((cv, xv), gv)) in c.data.iter().zip(&x.data).zip(&g.data).enumerate() {
-            let (p, h) = if per_head {
-                ((i / (heads * last)) % t, (i / last) % heads)
-            } else {
-                ((i / last) % t, 0)
-            };
-            cell[p * heads + h] += (cv - xv) * gv;
-        }
+        let (_, _, cell) = crate::patching::attribution_cells(name, c, x, g);
         match (by_pos, per_head) {
             (true, _) => attribution.extend(cell.iter().map(|v| v / gap)),
             (false, _) => attribution

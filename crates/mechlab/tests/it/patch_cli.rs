@@ -99,7 +99,12 @@ fn patch_writes_the_sweep_and_its_attribution() {
     assert_eq!(json["sweeps"][1]["shape"], serde_json::json!([2, 16]));
     for s in json["sweeps"].as_array().unwrap() {
         let n = |k: &str| s[k].as_array().unwrap().len();
-        assert_eq!(n("attribution"), n("patching"), "{}: one estimate per cell", s["kind"]);
+        assert_eq!(
+            n("attribution"),
+            n("patching"),
+            "{}: one estimate per cell",
+            s["kind"]
+        );
     }
     let report = || std::fs::read_to_string(run.join("report.html")).unwrap_or_default();
     assert!(
