@@ -201,33 +201,58 @@ impl<T: Float> HookedModel for Gpt<T> {
         // frozen for the pass, which skips the weight products
         let frozen = std::mem::replace(&mut self.frozen, vec![true; self.params.len()]);
         let this = &*self;
-        let mut grads: Vec<Rec> = (0..n_chunks).map(|_| Vec::new()).collect();
+        let mut grads = self.outputs(names, nb, t);
+        let mut parts = split_by_chunk(&mut grads, nb, n_chunks);
         ws.chunks
             .par_iter_mut()
-            .zip(grads.par_iter_mut())
+            .zip(parts.par_iter_mut())
             .enumerate()
-            .for_each(|(c, (w, rec))| {
+            .for_each(|(c, (w, out))| {
                 let items = chunk_range(nb, n_chunks, c);
                 if items.is_empty() {
                     return;
                 }
                 w.set_dlogits(&d.data[items.start * t * v..items.end * t * v]);
-                let mut g = |name: &str, kind: Kind, data: &[T]| {
-                    let data = data.iter().map(|x| x.as_f64()).collect();
-                    rec.push((name.to_string(), kind, data));
-                };
+                let mut g = |name: &str, _: Kind, data: &[T]| put(names, out, name, data);
                 let sink = GradSink { f: &mut g, names };
                 w.backward_visit(this, &mut Some(sink));
             });
         self.frozen = frozen;
         self.scratch.put(ws);
-        Ok((y, acts, self.join(grads, t)))
+        Ok((y, acts, named(names, grads)))
     }
 }
 
-/// Per chunk: each recorded point's name, kind and values, in the order the
-/// pass met them.
-type Rec = Vec<(String, Kind, Vec<f64>)>;
+/// Each chunk's rows of `outs` (`[batch, ...]` tensors): `[chunk][tensor]`.
+fn split_by_chunk(outs: &mut [Tensor], nb: usize, n_chunks: usize) -> Vec<Vec<&mut [f64]>> {
+    let mut parts: Vec<Vec<&mut [f64]>> = (0..n_chunks).map(|_| Vec::new()).collect();
+    for x in outs.iter_mut() {
+        let per_seq = x.data.len() / nb.max(1);
+        let mut rest = &mut x.data[..];
+        for (c, part) in parts.iter_mut().enumerate() {
+            let n = crate::parallel::chunk_range(nb, n_chunks, c).len() * per_seq;
+            let (mine, later) = std::mem::take(&mut rest).split_at_mut(n);
+            part.push(mine);
+            rest = later;
+        }
+    }
+    parts
+}
+
+/// Writes `data` into the chunk's rows of `name`'s output, if asked for.
+fn put<T: Float>(names: &[&str], out: &mut [&mut [f64]], name: &str, data: &[T]) {
+    if let Some(i) = names.iter().position(|n| *n == name) {
+        out[i]
+            .iter_mut()
+            .zip(data)
+            .for_each(|(o, x)| *o = x.as_f64());
+    }
+}
+
+/// The outputs keyed by their names.
+fn named(names: &[&str], outs: Vec<Tensor>) -> ActivationCache {
+    names.iter().map(|n| n.to_string()).zip(outs).collect()
+}
 
 impl<T: Float> Gpt<T> {
     /// The analysis forward without hooks, chunk by chunk in parallel,
@@ -245,56 +270,48 @@ impl<T: Float> Gpt<T> {
         let (nb, t, v) = (batch.batch, batch.seq_len, self.cfg.d_vocab);
         let mut ws = self.scratch.take(self, nb, t, crate::parallel::N_CHUNKS);
         let n_chunks = ws.chunks.len();
-        let mut acts: Vec<Rec> = (0..n_chunks).map(|_| Vec::new()).collect();
+        let mut acts = self.outputs(names, nb, t);
+        let mut parts = split_by_chunk(&mut acts, nb, n_chunks);
         ws.chunks
             .par_iter_mut()
-            .zip(acts.par_iter_mut())
+            .zip(parts.par_iter_mut())
             .enumerate()
-            .try_for_each(|(c, (w, rec))| -> Result<(), HookError> {
+            .try_for_each(|(c, (w, out))| -> Result<(), HookError> {
                 let items = chunk_range(nb, n_chunks, c);
                 if items.is_empty() {
                     return Ok(());
                 }
                 w.load(&batch.tokens, items, t, false);
-                let mut f = |name: &str, kind: Kind, data: &mut [T]| -> Result<bool, HookError> {
-                    if names.contains(&name) {
-                        rec.push((
-                            name.to_string(),
-                            kind,
-                            data.iter().map(|x| x.as_f64()).collect(),
-                        ));
-                    }
+                let mut f = |name: &str, _: Kind, data: &mut [T]| -> Result<bool, HookError> {
+                    put(names, out, name, data);
                     Ok(false)
                 };
                 let mut vis: Visitor<'_, T> = Some(&mut f);
                 w.forward(self, &mut vis)
             })?;
+        drop(parts);
         let mut logits = Vec::with_capacity(nb * t * v);
         for (c, w) in ws.chunks.iter().enumerate() {
             for s in 0..chunk_range(nb, n_chunks, c).len() {
                 logits.extend(w.logits(s).iter().map(|x| x.as_f64()));
             }
         }
-        let acts = self.join(acts, t);
-        Ok((ws, Tensor::new(vec![nb, t, v], logits), acts))
+        Ok((ws, Tensor::new(vec![nb, t, v], logits), named(names, acts)))
     }
 
-    /// The chunks' records joined in chunk order into `[batch, ...]` tensors.
-    fn join(&self, per: Vec<Rec>, t: usize) -> ActivationCache {
-        let mut out = ActivationCache::new();
-        for rec in per {
-            for (name, kind, data) in rec {
-                let e = out
-                    .entry(name)
-                    .or_insert_with(|| Tensor::new(self.shape_of(kind, 0, t), Vec::new()));
-                e.data.extend(data);
-            }
-        }
-        for x in out.values_mut() {
-            let per_seq: usize = x.shape.iter().skip(1).product();
-            x.shape[0] = x.data.len() / per_seq.max(1);
-        }
-        out
+    /// A zero `[batch, ...]` tensor for each of `names` (hook points).
+    fn outputs(&self, names: &[&str], nb: usize, t: usize) -> Vec<Tensor> {
+        let kinds = self.points_with_kind();
+        names
+            .iter()
+            .map(|n| {
+                let kind = kinds
+                    .iter()
+                    .find(|p| p.0 == *n)
+                    .map_or(Kind::Resid, |p| p.1);
+                Tensor::zeros(self.shape_of(kind, nb, t))
+            })
+            .collect()
     }
 
     /// [`HookedModel::run_many_each`] for jobs that share `batch`: its unhooked

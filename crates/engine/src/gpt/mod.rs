@@ -33,7 +33,9 @@
 //! block through the linear layers (so `gemm` sees tall matrices) and one
 //! sequence at a time through attention, and the chunks' gradients are added in
 //! chunk order, so a step is bit-identical for any thread count. Nothing is
-//! allocated in a step. The analysis forward with TransformerLens hook points
+//! allocated in a step. The forward (`forward.rs`) and backward (`backward.rs`)
+//! are one function per stage over one chunk's buffers (`work.rs`). The
+//! analysis forward with TransformerLens hook points
 //! ([`crate::hooks::HookedModel`]) is the same forward with a visitor between
 //! its stages (`hooked.rs`), so the two cannot drift apart.
 //!
@@ -114,13 +116,15 @@ pub struct Gpt<T: Float> {
     pub(crate) scratch: Scratch<T>,
 }
 
-/// The analysis passes' workspace, kept between calls on one batch shape:
-/// allocating its buffers afresh costs about a third of a small model's
-/// forward. Only a workspace of at most [`Scratch::MAX_ROWS`] rows is kept,
-/// so a one-off large batch does not hold its memory; a clone of the model
-/// starts without one.
+/// The analysis passes' workspaces, kept between calls on one batch shape:
+/// allocating their buffers afresh costs about a third of a small model's
+/// forward. One is kept per chunking (the hooked forward's one chunk, the
+/// recording passes' fixed chunks), so a sweep and an attribution taking turns
+/// both find theirs; only workspaces of at most [`Scratch::MAX_ROWS`] rows are
+/// kept, so a one-off large batch does not hold its memory; a clone of the
+/// model starts without any.
 #[derive(Default)]
-pub(crate) struct Scratch<T: Float>(std::sync::Mutex<Option<Workspace<T>>>);
+pub(crate) struct Scratch<T: Float>(std::sync::Mutex<Vec<Workspace<T>>>);
 
 impl<T: Float> Clone for Scratch<T> {
     fn clone(&self) -> Self {
@@ -138,19 +142,24 @@ impl<T: Float> Scratch<T> {
     /// Rows (`batch · T`) of the largest workspace kept.
     pub(crate) const MAX_ROWS: usize = 1 << 14;
 
-    /// The kept workspace if it has this shape, else a new one.
+    /// The kept workspace of this shape and chunking, else a new one.
     pub(crate) fn take(&self, m: &Gpt<T>, batch: usize, t: usize, n_chunks: usize) -> Workspace<T> {
         let mut kept = self.0.lock().expect("gpt scratch");
-        match kept.take() {
-            Some(ws) if ws.batch == batch && ws.t == t && ws.chunks.len() == n_chunks => ws,
-            _ => Workspace::with_chunks(m, batch, t, n_chunks),
+        let fits =
+            |ws: &Workspace<T>| ws.batch == batch && ws.t == t && ws.chunks.len() == n_chunks;
+        match kept.iter().position(fits) {
+            Some(i) => kept.swap_remove(i),
+            None => Workspace::with_chunks(m, batch, t, n_chunks),
         }
     }
 
-    /// Keeps `ws` for the next call (if small enough).
+    /// Keeps `ws` for the next call (if small enough), in place of one of
+    /// the same chunking.
     pub(crate) fn put(&self, ws: Workspace<T>) {
         if ws.batch * ws.t <= Self::MAX_ROWS {
-            *self.0.lock().expect("gpt scratch") = Some(ws);
+            let mut kept = self.0.lock().expect("gpt scratch");
+            kept.retain(|k| k.chunks.len() != ws.chunks.len());
+            kept.push(ws);
         }
     }
 }

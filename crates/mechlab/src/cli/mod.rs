@@ -143,10 +143,13 @@ enum Cmd {
         #[arg(long)]
         patch: bool,
     },
-    /// Activation patching and attribution patching on a run's model: each
-    /// cell's clean activation patched into the corrupted run, and its
-    /// first-order estimate from one backward (patching.json, patching.html).
+    /// Activation patching and attribution patching on a run's model or a
+    /// pretrained encoder: each cell's clean activation patched into the
+    /// corrupted run, and its first-order estimate from one backward
+    /// (patching.json, patching.html, and a section of the run's report).
     Patch {
+        /// A run's folder, or a pretrained encoder (a Hugging Face BERT folder
+        /// or a model name in the shared models folder).
         run: PathBuf,
         /// Clean token ids, a [batch, pos] integer .npy file.
         #[arg(long)]
@@ -164,7 +167,8 @@ enum Cmd {
         /// Checkpoint step (default: the latest).
         #[arg(long)]
         step: Option<u64>,
-        /// Output folder (default: <run>/patching).
+        /// Output folder (default: <run>/patching; for a pretrained model,
+        /// ./patching).
         #[arg(long)]
         out: Option<PathBuf>,
     },

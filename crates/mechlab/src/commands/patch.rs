@@ -11,7 +11,9 @@
 //! ([`HookedModel::run_with_grads`]). Python's `Model.patch` / `Model.attribute`
 //! compute the same (`python/mechlab/_patch.py`); this is the same analysis for
 //! a shell or a batch job, written as `patching.json` and a `patching.html`
-//! page of heatmaps.
+//! page of heatmaps, and as a section of the run's report. The model is a
+//! run's or a pretrained encoder's (whose output is hidden states, so its
+//! metric is `logit-diff` on two of their entries).
 
 use crate::patching::{patching_effect, pearson};
 use mechlab_engine::hooks::{Ablation, Batch, Hook, HookError, HookedModel, Tensor};
@@ -182,6 +184,26 @@ pub struct Sweep {
     pub correlation: f64,
     pub seconds_patching: f64,
     pub seconds_attribution: f64,
+    /// Each position's tick on the heatmaps: `"p token"` where every clean
+    /// sequence has the same token there, else `"p"`.
+    #[serde(default)]
+    pub positions: Vec<String>,
+}
+
+/// The heatmaps' position ticks of the clean batch `c`, naming a token
+/// (`name(id)`) where every sequence has the same one.
+fn position_ticks(c: &Batch, name: &dyn Fn(u32) -> String) -> Vec<String> {
+    (0..c.seq_len)
+        .map(|p| {
+            let first = c.tokens[p];
+            let same = (0..c.batch).all(|s| c.tokens[s * c.seq_len + p] == first);
+            if same {
+                format!("{p} {}", name(first))
+            } else {
+                p.to_string()
+            }
+        })
+        .collect()
 }
 
 /// The sweep of `kind` on `model`; the inputs must have one shape.
@@ -288,6 +310,7 @@ pub fn sweep(
         corrupted: m_corr,
         seconds_patching,
         seconds_attribution: t1.elapsed().as_secs_f64(),
+        positions: Vec::new(),
     })
 }
 
@@ -346,12 +369,44 @@ pub fn run(
             x.seq_len
         );
     }
-    let mut model = crate::inspect::load_model(reg, dir, step)?;
+    // a run's folder, or a pretrained encoder (a Hugging Face folder or a
+    // model name in the shared models folder)
+    let is_run = dir.join("config.toml").is_file();
+    // a token as the heatmaps name it: a run's by id, an encoder's by its piece
+    let mut token: Box<dyn Fn(u32) -> String> = Box::new(|id| id.to_string());
+    let mut model: Box<dyn HookedModel + Send> = if is_run {
+        crate::inspect::load_model(reg, dir, step)?
+    } else {
+        if step.is_some() {
+            anyhow::bail!(
+                "--step: {} is not a run, so it has no checkpoints",
+                dir.display()
+            );
+        }
+        if *metric == Metric::Loss {
+            anyhow::bail!(
+                "--metric loss: {} is an encoder whose output is hidden states [batch, pos, d_model], not next-token logits; use logit-diff:I,J@POS (the output's entries I and J at POS)",
+                dir.display()
+            );
+        }
+        let p = crate::pretrained::Pretrained::load_at(&dir.to_string_lossy(), "run")?;
+        let pieces = p.tokenizer.pieces;
+        token = Box::new(move |id| pieces.id_to_token(id).unwrap_or_else(|| id.to_string()));
+        Box::new(p.model)
+    };
+    let ticks = position_ticks(&c, &token);
     let mut sweeps = Vec::new();
     for &k in kinds {
-        sweeps.push(sweep(model.as_mut(), &c, &x, metric, k).map_err(|e| anyhow::anyhow!("{e}"))?);
+        let mut s = sweep(model.as_mut(), &c, &x, metric, k).map_err(|e| anyhow::anyhow!("{e}"))?;
+        s.positions = ticks.clone();
+        sweeps.push(s);
     }
-    let out = out.map_or_else(|| dir.join("patching"), Path::to_path_buf);
+    let default = if is_run {
+        dir.join("patching")
+    } else {
+        PathBuf::from("patching")
+    };
+    let out = out.map_or(default, Path::to_path_buf);
     std::fs::create_dir_all(&out)?;
     let json = serde_json::json!({
         "run": dir.display().to_string(),
@@ -370,7 +425,7 @@ pub fn run(
         mechlab_report::Report::new(&format!("Patching {}", dir.display())).with_section(section);
     let html = mechlab_report::render_html(&report, &figures)?;
     crate::run::atomic::write(&out.join("patching.html"), html.as_bytes())?;
-    if out == dir.join("patching") {
+    if is_run && out == dir.join("patching") {
         // the run's own report gains the section (see `report_section`)
         super::report::build(reg, dir)?;
     }
@@ -431,14 +486,11 @@ fn section<'a>(
                 values.clone()
             };
             let id = format!("{what}_{}", s.kind);
-            figures.push(Figure::heatmap(
+            let by_head = s.shape.len() == 2 && s.axes[1] == "head";
+            let fig = Figure::heatmap(
                 &id,
                 &format!("{} — {what}", s.kind),
-                if s.shape.len() == 2 && s.axes[1] == "head" {
-                    "head"
-                } else {
-                    "position"
-                },
+                if by_head { "head" } else { "position" },
                 if s.shape.len() == 3 {
                     "layer·head"
                 } else {
@@ -448,7 +500,19 @@ fn section<'a>(
                 cols,
                 v,
                 true,
-            ));
+            );
+            let row_ticks = if s.shape.len() == 3 {
+                let h = s.shape[2];
+                (0..rows).map(|r| format!("L{}H{}", r / h, r % h)).collect()
+            } else {
+                (0..rows).map(|l| format!("L{l}")).collect()
+            };
+            let col_ticks = if by_head || s.positions.len() != cols {
+                (0..cols).map(|c| c.to_string()).collect()
+            } else {
+                s.positions.clone()
+            };
+            figures.push(fig.with_ticks(row_ticks, col_ticks));
             section = section.figure(&id);
         }
     }

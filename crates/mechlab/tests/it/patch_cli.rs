@@ -174,3 +174,58 @@ fn patch_writes_the_sweep_and_its_attribution() {
     let e = format!("{:#}", cli(&bad).unwrap_err());
     assert!(e.contains("--metric \"accuracy\""), "{e}");
 }
+
+/// The pretrained encoder from the shared models folder: its heads patched and
+/// attributed from the command line, a metric on two entries of its output.
+#[test]
+fn patch_runs_on_the_pretrained_encoder() {
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models/all-MiniLM-L6-v2");
+    assert!(
+        model.join("model.safetensors").is_file(),
+        "{} is absent",
+        model.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // [CLS] a few word pieces [SEP]; the corrupted swaps two of them
+    let clean: Vec<u32> = vec![101, 1996, 4937, 2938, 2006, 1996, 13523, 102];
+    let mut corrupted = clean.clone();
+    corrupted[3] = 2743;
+    corrupted[6] = 3899;
+    let (cp, xp) = (dir.path().join("clean.npy"), dir.path().join("corr.npy"));
+    save(&cp, &clean, [1, 8]);
+    save(&xp, &corrupted, [1, 8]);
+    let out = dir.path().join("out");
+    let mut args = vec![
+        "patch",
+        model.to_str().unwrap(),
+        "--clean",
+        cp.to_str().unwrap(),
+        "--corrupted",
+        xp.to_str().unwrap(),
+        "--metric",
+        "logit-diff:0,1@0",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    assert_eq!(cli(&args).unwrap(), 0);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("patching.json")).unwrap()).unwrap();
+    let heads = &json["sweeps"][0];
+    assert_eq!(heads["shape"], serde_json::json!([6, 12]));
+    // the heatmaps name the clean tokens by their pieces
+    assert_eq!(heads["positions"][0], "0 [CLS]");
+    assert_eq!(heads["positions"][7], "7 [SEP]");
+    let (p, a) = (
+        heads["patching"].as_array().unwrap(),
+        heads["attribution"].as_array().unwrap(),
+    );
+    assert_eq!(p.len(), a.len());
+    assert!(p.iter().chain(a).all(|v| v.as_f64().unwrap().is_finite()));
+    args[7] = "loss";
+    let e = format!("{:#}", cli(&args).unwrap_err());
+    assert!(
+        e.contains("--metric loss") && e.contains("hidden states"),
+        "{e}"
+    );
+}
