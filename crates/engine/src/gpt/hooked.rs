@@ -143,10 +143,7 @@ impl<T: Float> HookedModel for Gpt<T> {
             self.scratch.put(ws);
             return Ok((y, acts));
         }
-        let points = self.hook_points();
-        let mut site = Site::new(&points, names, hooks)?;
-        let y = self.forward_hooked(batch, &mut site)?;
-        Ok((y, site.finish()?))
+        crate::hooks::run_sited(self, batch, hooks, names)
     }
 
     /// In parallel over the jobs, each forward only reading the model. Jobs

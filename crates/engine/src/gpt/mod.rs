@@ -58,6 +58,8 @@ mod hooked;
 mod work;
 
 #[cfg(test)]
+mod hooked_tests;
+#[cfg(test)]
 mod tests;
 
 pub use config::{ActFn, GptConfig, Normalization, PositionalEmbedding};

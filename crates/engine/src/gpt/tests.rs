@@ -4,13 +4,17 @@
 
 use super::*;
 use crate::gradcheck::{check_params, DEFAULT_H};
-use crate::hooks::{Ablation, Batch, Hook, HookedModel};
 use crate::precision::{assert_direction, MIN_COSINE};
 use crate::F64x2;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-fn tiny(mlp: bool, norm: Normalization, pos: PositionalEmbedding, tied: bool) -> GptConfig {
+pub(super) fn tiny(
+    mlp: bool,
+    norm: Normalization,
+    pos: PositionalEmbedding,
+    tied: bool,
+) -> GptConfig {
     GptConfig {
         n_layers: 2,
         d_model: 6,
@@ -28,7 +32,7 @@ fn tiny(mlp: bool, norm: Normalization, pos: PositionalEmbedding, tied: bool) ->
     }
 }
 
-fn tokens(b: usize, len: usize, v: usize, seed: u64) -> Vec<u32> {
+pub(super) fn tokens(b: usize, len: usize, v: usize, seed: u64) -> Vec<u32> {
     let mut r = ChaCha8Rng::seed_from_u64(seed);
     (0..b * len)
         .map(|_| rand::Rng::random_range(&mut r, 0..v as u32))
@@ -36,7 +40,7 @@ fn tokens(b: usize, len: usize, v: usize, seed: u64) -> Vec<u32> {
 }
 
 /// Nonzero biases and LN gains, so their gradients are tested away from the init.
-fn perturb<T: Float>(m: &mut Gpt<T>, seed: u64) {
+pub(super) fn perturb<T: Float>(m: &mut Gpt<T>, seed: u64) {
     let mut r = ChaCha8Rng::seed_from_u64(seed);
     m.visit_mut(&mut |p| {
         for x in p.value_mut() {
@@ -361,190 +365,6 @@ fn a_step_is_bit_identical_for_any_thread_count() {
     };
     assert_eq!(run(1), run(2));
     assert_eq!(run(1), run(3));
-}
-
-#[test]
-fn hooked_forward_is_the_training_forward_and_hooks_act() {
-    let cfg = tiny(
-        true,
-        Normalization::LN,
-        PositionalEmbedding::Standard,
-        false,
-    );
-    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
-    perturb(&mut m, 6);
-    let (b, t) = (3, 4);
-    let x = tokens(b, t, cfg.d_vocab, 7);
-    let mut ws = Workspace::new(&m, b, t);
-    m.evaluate(&mut ws, &x, None);
-    let batch = Batch::new(x.clone(), b, t);
-    let names = ["blocks.1.attn.hook_pattern", "blocks.0.mlp.hook_post"];
-    let (y, cache) = m.run_with_cache(&batch, &names).unwrap();
-    for s in 0..b {
-        let (w, i) = ws.seq(s);
-        assert_eq!(
-            &y.data[s * t * 7..(s + 1) * t * 7],
-            w.logits(i),
-            "logits of sequence {s}"
-        );
-        let pat = &cache["blocks.1.attn.hook_pattern"].data;
-        assert_eq!(&pat[s * 2 * t * t..(s + 1) * 2 * t * t], w.pattern(1, i));
-    }
-    assert_eq!(cache["blocks.0.mlp.hook_post"].shape, vec![b, t, 5]);
-    // a hook on the pattern changes what follows it; the same hook on head 1
-    // only leaves head 0's z alone
-    let hook = |heads: Vec<usize>| Hook {
-        name: "blocks.0.attn.hook_pattern".into(),
-        ablation: Ablation::Zero,
-        heads: Some(heads),
-        positions: None,
-    };
-    let (y1, c1) = m
-        .run_hooked(&batch, &[hook(vec![1])], &["blocks.0.attn.hook_z"])
-        .unwrap();
-    assert_ne!(y1.data, y.data);
-    let z = &c1["blocks.0.attn.hook_z"].data; // [b, t, 2, 3]
-    for (e, &v) in z.iter().enumerate() {
-        if (e / 3) % 2 == 1 {
-            assert_eq!(v, 0.0, "head 1's z is zero once its pattern is");
-        }
-    }
-    assert!(z.iter().any(|&v| v != 0.0));
-    let err = m
-        .run_with_cache(&Batch::new(vec![9, 0], 1, 2), &[])
-        .unwrap_err();
-    assert!(err.to_string().contains("token 9 outside"), "{err}");
-}
-
-/// A sweep's forwards on one batch resume at their hooked point from the
-/// unhooked forward: every job's output is the same bits as running it alone,
-/// whatever the order of the jobs, and a bad job fails alone.
-#[test]
-fn resumed_jobs_are_the_jobs_run_whole() {
-    use crate::hooks::Tensor;
-    for (mlp, pos) in [
-        (true, PositionalEmbedding::Standard),
-        (false, PositionalEmbedding::Rpe),
-    ] {
-        let cfg = tiny(mlp, Normalization::LN, pos, false);
-        let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
-        perturb(&mut m, 6);
-        let (b, t) = (3, 5);
-        let batch = Batch::new(tokens(b, t, cfg.d_vocab, 7), b, t);
-        let other = Batch::new(tokens(b, t, cfg.d_vocab, 8), b, t);
-        let names: Vec<String> = m.hook_points().into_iter().map(|p| p.name).collect();
-        let (_, clean) = m
-            .run_with_cache(
-                &other,
-                &names.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-            )
-            .unwrap();
-        // every point patched from the other batch, by head and position where it has them
-        let mut jobs: Vec<(&Batch, Vec<Hook>)> = Vec::new();
-        for (i, name) in names.iter().enumerate().rev() {
-            let heads = (name.contains("attn.hook_")).then(|| vec![i % 2]);
-            let hook = |positions| Hook {
-                name: name.clone(),
-                ablation: Ablation::patch(clean[name].clone()),
-                heads: heads.clone(),
-                positions,
-            };
-            jobs.push((&batch, vec![hook(Some(vec![i % t]))]));
-            jobs.push((&batch, vec![hook(None)]));
-        }
-        jobs.swap(1, 7);
-        jobs.push((&batch, Vec::new()));
-        let bad = Hook {
-            name: "blocks.9.attn.hook_z".into(),
-            ablation: Ablation::Zero,
-            heads: None,
-            positions: None,
-        };
-        jobs.insert(3, (&batch, vec![bad]));
-        let many = m.run_many(&jobs);
-        for (j, ((bt, hooks), got)) in jobs.iter().zip(&many).enumerate() {
-            let whole: Result<Tensor, _> = m.run_with_hooks(bt, hooks);
-            match (whole, got) {
-                (Ok(a), Ok(b)) => {
-                    assert_eq!(a.data, b.data, "mlp {mlp}: job {j} {:?}", hooks[0].name)
-                }
-                (Err(a), Err(b)) => assert_eq!(&a, b),
-                (a, b) => panic!("job {j}: alone {a:?}, in the sweep {b:?}"),
-            }
-        }
-        assert!(many[3].is_err());
-        let y0 = m.run_with_hooks(&batch, &[]).unwrap();
-        assert_ne!(
-            many[0].as_ref().unwrap().data,
-            y0.data,
-            "the patches change the output"
-        );
-    }
-}
-
-/// The analysis workspace kept between calls leaks nothing from one call into
-/// the next: after a hook has filled every buffer it reaches with junk, each
-/// pass equals a fresh model's (a clone keeps no workspace).
-#[test]
-fn a_kept_workspace_carries_nothing_over() {
-    use crate::hooks::{HookFn, Tensor};
-    let cfg = tiny(
-        true,
-        Normalization::LN,
-        PositionalEmbedding::Standard,
-        false,
-    );
-    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
-    perturb(&mut m, 6);
-    let (b, t) = (3, 5);
-    let (x, y) = (tokens(b, t, 7, 1), tokens(b, t, 7, 2));
-    let (bx, by) = (Batch::new(x, b, t), Batch::new(y, b, t));
-    let junk = |t: &Tensor| Ok(Tensor::new(t.shape.clone(), vec![7.0; t.numel()]));
-    let names: Vec<String> = m.hook_points().into_iter().map(|p| p.name).collect();
-    let hooks: Vec<Hook> = names
-        .iter()
-        .map(|n| Hook {
-            name: n.clone(),
-            ablation: Ablation::Call(HookFn(std::sync::Arc::new(junk))),
-            heads: None,
-            positions: None,
-        })
-        .collect();
-    let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-    let dout = |y: &Tensor| Ok(Tensor::new(y.shape.clone(), vec![1.0; y.numel()]));
-    for pass in 0..2 {
-        let _ = m.run_with_hooks(&bx, &hooks).unwrap();
-        let _ = m
-            .run_with_grads(&bx, &refs, &mut |y: &Tensor| dout(y))
-            .unwrap();
-        let mut fresh = m.clone();
-        assert_eq!(
-            m.run_with_cache(&by, &refs).unwrap(),
-            fresh.run_with_cache(&by, &refs).unwrap(),
-            "pass {pass}"
-        );
-        let _ = m.run_with_hooks(&bx, &hooks).unwrap();
-        let one = [Hook {
-            name: "blocks.1.attn.hook_pattern".into(),
-            ablation: Ablation::Zero,
-            heads: Some(vec![0]),
-            positions: None,
-        }];
-        let (a, b) = (
-            m.run_with_hooks(&by, &one).unwrap(),
-            fresh.run_with_hooks(&by, &one).unwrap(),
-        );
-        assert_eq!(a, b);
-        let g = m
-            .run_with_grads(&by, &refs, &mut |y: &Tensor| dout(y))
-            .unwrap();
-        assert_eq!(
-            g,
-            fresh
-                .run_with_grads(&by, &refs, &mut |y: &Tensor| dout(y))
-                .unwrap()
-        );
-    }
 }
 
 /// At saturation (one attention weight rounds to 1 in f64) the gradients still

@@ -273,10 +273,7 @@ pub trait HookedModel {
         hooks: &[Hook],
         names: &[&str],
     ) -> Result<(Tensor, ActivationCache), HookError> {
-        let points = self.hook_points();
-        let mut site = Site::new(&points, names, hooks)?;
-        let y = self.forward_hooked(batch, &mut site)?;
-        Ok((y, site.finish()?))
+        run_sited(self, batch, hooks, names)
     }
     /// Forward pass recording the named activations.
     fn run_with_cache(
@@ -329,6 +326,21 @@ pub trait HookedModel {
             reason: "this model has no backward at its hook points (gradients come from the general transformer's)".into(),
         })
     }
+}
+
+/// [`HookedModel::run_hooked`] through the model's [`HookedModel::forward_hooked`]
+/// and a [`Site`] for `hooks` and `names` (what a model overriding
+/// `run_hooked` for some inputs falls back to).
+pub fn run_sited<M: HookedModel + ?Sized>(
+    m: &mut M,
+    batch: &Batch,
+    hooks: &[Hook],
+    names: &[&str],
+) -> Result<(Tensor, ActivationCache), HookError> {
+    let points = m.hook_points();
+    let mut site = Site::new(&points, names, hooks)?;
+    let y = m.forward_hooked(batch, &mut site)?;
+    Ok((y, site.finish()?))
 }
 
 #[cfg(test)]
