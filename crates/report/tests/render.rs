@@ -61,7 +61,21 @@ fn narrow_log_range_still_has_ticks() {
     let fig = Figure::lines("narrow", "Narrow", "x", "y")
         .log_y()
         .with_series(Series::new("s", vec![1.0, 2.0], vec![2.0, 3.0]));
-    check(&fig);
+    let svg = check(&fig);
+    // the y axis's labels (right-aligned): several, inside the data's range,
+    // though no decade falls in it
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let ticks: Vec<f64> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") == Some("end"))
+        .filter_map(|n| n.text()?.trim().parse().ok())
+        .collect();
+    assert!(ticks.len() >= 3, "y ticks {ticks:?}");
+    assert!(
+        ticks.iter().all(|t| (2.0..=3.0).contains(t)),
+        "y ticks {ticks:?}"
+    );
+    assert!(ticks.windows(2).all(|w| w[0] < w[1]), "y ticks {ticks:?}");
 }
 
 #[test]

@@ -169,6 +169,14 @@ fn one_seed_gives_bit_identical_runs() {
         let m =
             |d: &str| std::fs::read_to_string(tmp.path().join(d).join("metrics.jsonl")).unwrap();
         assert_eq!(m(&format!("{p}-a")), m(&format!("{p}-b")));
+        // and the seed is what they share: another gives another run
+        let c = run_preset(
+            p,
+            &["train.steps=300", "seed=2"],
+            &tmp.path().join(format!("{p}-c")),
+        )
+        .unwrap();
+        assert_ne!(format!("{:?}", a.metrics), format!("{:?}", c.metrics));
     }
 }
 

@@ -52,6 +52,9 @@ fn same_seed_same_summary() {
         run_preset("lm-induction-repeated", &over),
     );
     assert_eq!(a, b);
+    // and the seed is what they share: another gives another run
+    let c = run_preset("lm-induction-repeated", &[&over[..], &["seed=2"]].concat());
+    assert_ne!(a, c);
 }
 
 #[test]

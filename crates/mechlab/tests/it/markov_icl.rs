@@ -183,6 +183,9 @@ fn same_seed_same_bits_for_any_thread_count() {
     let a = run_short(&["train.steps=60", "run.probe_every=20"]);
     let b = run_short(&["train.steps=60", "run.probe_every=20"]);
     assert_eq!(a.metrics, b.metrics);
+    // and the seed is what they share: another gives another run
+    let c = run_short(&["train.steps=60", "run.probe_every=20", "seed=2"]);
+    assert_ne!(a.metrics, c.metrics);
 
     let dims = Dims {
         vocab: 3,
