@@ -1,5 +1,6 @@
-//! mechlab's engine: the layers of the three papers' transformers as explicit
-//! `forward` / `backward` pairs over preallocated buffers, generic over [`Float`].
+//! mechlab's engine: the layers of the seven papers' models and of the general
+//! transformer, as explicit `forward` / `backward` pairs over preallocated
+//! buffers, generic over [`Float`].
 //!
 //! There is no autograd tape. Each layer's forward writes its activations into
 //! caller-owned buffers (a model keeps them in a named activation struct, which
