@@ -1,5 +1,5 @@
 """Type-checks the Python a user copies from the docs: every ```python block of
-README.md, docs/python.md and docs/transformer.md, the README's ``python -c`` one-liners, and the code
+README.md and of every page under docs/, the README's ``python -c`` one-liners, and the code
 cells of the notebooks, each as its own module, with ``mypy --strict``
 against the installed ``mechlab`` package (its stubs and ``py.typed``).
 
@@ -26,15 +26,18 @@ def one_liners(md: str) -> list:
 def main() -> int:
     repo = Path(sys.argv[1])
     sources = {}
-    for doc in ["README.md", "docs/python.md", "docs/transformer.md"]:
+    docs = ["README.md"] + sorted(str(p.relative_to(repo)) for p in (repo / "docs").rglob("*.md"))
+    for doc in docs:
         md = (repo / doc).read_text()
+        if "```python" not in md and doc != "README.md":
+            continue
         # A doc's blocks read top to bottom as one session; interactive ones
         # (>>> prompts) show output, not a program.
-        sources[f"{Path(doc).stem}_blocks"] = "\n\n".join(x for x in blocks(md) if ">>>" not in x)
+        sources[f"{Path(doc).stem.replace('-', '_')}_blocks"] = "\n\n".join(x for x in blocks(md) if ">>>" not in x)
         if doc == "README.md":
             for i, b in enumerate(one_liners(md)):
                 sources[f"readme_oneliner{i}"] = b
-    for name in ["induction_heads", "transformer"]:
+    for name in sorted(p.stem for p in (repo / "docs/notebooks").glob("*.ipynb")):
         nb = json.loads((repo / f"docs/notebooks/{name}.ipynb").read_text())
         cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
         sources[f"notebook_{name}"] = "\n\n".join(cells)

@@ -167,7 +167,7 @@ class Sweep:
             import csv
 
             with open(path, newline="") as f:
-                return list(csv.DictReader(f))
+                return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
         return pd.read_csv(path)
 
     def index(self) -> Any:
@@ -202,3 +202,16 @@ class Sweep:
                 names = [row["run"] for row in csv.DictReader(f)]
         root = self.dir / "runs"
         return [Run(root / n) for n in names if (root / n / "config.toml").is_file()]
+
+
+def _number(text: str) -> Any:
+    """A CSV cell as pandas would read it: an int, a float (NaN for empty), or
+    the text itself."""
+    if text == "":
+        return float("nan")
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -3,7 +3,7 @@
 //! [`render_html`] writes a single page that opens offline and can be mailed or
 //! archived alone: the stylesheet is inline, there are no web fonts and no
 //! external resources, and every figure is inlined as SVG. The one script is
-//! the attention viewer's ([`crate::viewer`]), inline and only on pages that
+//! the attention viewer's (`viewer.rs`), inline and only on pages that
 //! have an attention figure; everything else reads the same without it. All text from
 //! the report and the figures is HTML-escaped; prose goes through a small
 //! Markdown subset (see [`crate::doc::Block::Markdown`]) whose links are kept

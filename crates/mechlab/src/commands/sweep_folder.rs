@@ -7,7 +7,7 @@
 //!
 //! - **the same sweep** continues the folder: a finished run (its `summary.json`
 //!   is there) is read, not rerun; a run cut short resumes from its newest
-//!   checkpoint ([`run_or_resume`]); a failed one runs again;
+//!   checkpoint (`run_or_resume`); a failed one runs again;
 //! - **another sweep** (any of those fields differs, including the content of a
 //!   config file, whose copy the folder keeps) is refused before anything in the
 //!   folder is touched, with each difference named;

@@ -32,7 +32,7 @@
 //! assert_eq!(back.param("blocks.0.attn.W_Q").unwrap().value(), m.param("blocks.0.attn.W_Q").unwrap().value());
 //! ```
 //!
-//! [`transformer_lens`] holds TransformerLens's layouts, [`nanogpt`] nanoGPT's
+//! `transformer_lens` holds TransformerLens's layouts, `nanogpt` nanoGPT's
 //! (a narrower model: see [`to_nanogpt`]); this module the folder's files and
 //! the model a checkpoint holds.
 

@@ -4,7 +4,7 @@
 //! read from the checkpoint's `embed.W_E`, so loading needs no corpus), and the
 //! ablations of the run's end as `mechlab intervene`'s fixed suite: the
 //! in-context learning score with the induction heads zero-ablated at `hook_z`,
-//! against as many heads outside the circuit ([`super::measure::circuit`]).
+//! against as many heads outside the circuit (`measure::circuit`).
 
 use super::measure::circuit;
 use super::{data::Data, probe_for, LmConfig};

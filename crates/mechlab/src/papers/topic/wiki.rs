@@ -1,6 +1,6 @@
 //! Topic structure on real text: the topic experiment on Wikipedia articles.
 //!
-//! With `wiki.enabled`, [`super::topic`] reads articles from `wiki.file` (any
+//! With `wiki.enabled`, `topic` reads articles from `wiki.file` (any
 //! format of [`mechlab_corpora::wikipedia`]), builds documents and a vocabulary
 //! ([`crate::papers::topic::wiki_data`]), fits a seeded collapsed-Gibbs LDA on the training
 //! articles' content words (its held-out perplexity by document completion is
