@@ -43,6 +43,7 @@ enum Cmd {
         /// Override a config key, e.g. --set train.lr=0.5 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// The run's seed (default: the config's `seed`).
         #[arg(long)]
         seed: Option<u64>,
         /// Run folder (default runs/<preset>-s<seed>).
@@ -91,6 +92,7 @@ enum Cmd {
         /// i/n: run the runs whose index is i modulo n.
         #[arg(long)]
         shard: String,
+        /// Runs at a time within the shard.
         #[arg(long, default_value_t = 1)]
         jobs: usize,
     },
@@ -101,7 +103,9 @@ enum Cmd {
     SweepStatus { sweep: PathBuf },
     /// Merge the folders of a sharded sweep into one index and summary.
     Merge {
+        /// The shards' sweep folders.
         shards: Vec<PathBuf>,
+        /// The merged sweep's folder.
         #[arg(long)]
         out: PathBuf,
     },
@@ -208,6 +212,7 @@ enum Cmd {
         /// Exit non-zero when a verdict fails.
         #[arg(long)]
         check: bool,
+        /// The combined report's folder (each run in a subfolder).
         #[arg(long, default_value = "runs/reproduce")]
         out: PathBuf,
         /// Runs at a time, sharing the cores (default: 2, or 1 on one core); the
@@ -229,6 +234,7 @@ struct SlurmArgs {
     /// Array tasks (default: one per run).
     #[arg(long, requires = "slurm")]
     shards: Option<usize>,
+    /// The Slurm partition (default: the cluster's).
     #[arg(long, requires = "slurm")]
     partition: Option<String>,
     /// Time limit per task, e.g. 01:30:00.
@@ -270,10 +276,72 @@ pub fn main(registry: Registry) -> ! {
     match run(registry, std::env::args()) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_line(&e));
             std::process::exit(1);
         }
     }
+}
+
+/// The error and its causes on one line, each cause once: most of our typed
+/// errors already name their source in their own message (`{path}: {source}`),
+/// and anyhow's `{:#}` would print it a second time.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+/// Parses a command line as `mechlab` would (`args[0]` is the program name)
+/// without running it: `Err` holds clap's message. The docs' test checks every
+/// `mechlab ...` line quoted in README.md and docs/ with it.
+pub fn parse_only<I, S>(args: I) -> std::result::Result<(), String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The command-line reference as Markdown: `mechlab --help`, then each
+/// command's `--help`, as clap prints them. docs/cli.md holds this text, and a
+/// test fails when the two differ (`MECHLAB_BLESS=1` rewrites the page).
+pub fn reference_markdown() -> String {
+    use clap::CommandFactory;
+    let mut cli = Cli::command();
+    cli.build();
+    let mut out = String::new();
+    let block = |out: &mut String, title: &str, help: String| {
+        let help: Vec<&str> = help.trim_end().lines().map(str::trim_end).collect();
+        out.push_str(&format!(
+            "## `{title}`\n\n```text\n{}\n```\n\n",
+            help.join("\n")
+        ));
+    };
+    block(&mut out, "mechlab", cli.render_long_help().to_string());
+    let names: Vec<String> = cli
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "help")
+        .collect();
+    for name in names {
+        let sub = cli.find_subcommand_mut(&name).expect("listed above");
+        block(
+            &mut out,
+            &format!("mechlab {name}"),
+            sub.render_long_help().to_string(),
+        );
+    }
+    out
 }
 
 /// Runs one command line (`args[0]` is the program name) with `registry`'s

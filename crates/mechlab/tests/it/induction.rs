@@ -169,19 +169,23 @@ fn run_short(overrides: &[&str]) -> Outcome {
 
 fn verdict<'a>(
     s: &'a mechlab::run::summary::Summary,
-    prefix: &str,
+    id: &str,
 ) -> &'a mechlab::run::summary::Verdict {
     s.verdicts
         .iter()
-        .find(|v| v.claim.starts_with(prefix))
-        .unwrap()
+        .find(|v| v.id == id)
+        .unwrap_or_else(|| panic!("no verdict {id}: {:?}", s.verdicts))
 }
 
 #[test]
 fn selector_picks_the_true_parents_and_the_loss_falls() {
     let o = run_short(&[]);
     let s = &o.summary;
-    assert!(verdict(s, "selector: the winning").pass, "{:?}", s.verdicts);
+    assert!(
+        verdict(s, "induction.selector-parents").pass,
+        "{:?}",
+        s.verdicts
+    );
     assert!(s.metrics["share.{1,2}"] > 0.9, "{:?}", s.metrics);
     let uniform = s.metrics["baseline_uniform_code"];
     let bayes = s.metrics["baseline_bayes_code"];
@@ -222,7 +226,7 @@ fn control_other_parents_move_the_selector_off_1_2() {
     let o = run_short(&["data.parents=[2, 3]"]);
     let s = &o.summary;
     assert!(s.metrics["share.{1,2}"] < 0.5, "{:?}", s.metrics);
-    assert!(!verdict(s, "selector: the winning")
+    assert!(!verdict(s, "induction.selector-parents")
         .measured
         .contains("copies [1, 2]"));
 }
@@ -235,7 +239,7 @@ fn control_without_training_the_loss_stays_at_uniform() {
     let uniform = s.metrics["baseline_uniform_code"];
     let bayes = s.metrics["baseline_bayes_code"];
     assert!(s.metrics["val_code_loss"] > uniform - 0.1 * (uniform - bayes));
-    assert!(!verdict(s, "the loss falls").pass);
+    assert!(!verdict(s, "induction.loss-toward-bayes").pass);
     // (The ablation verdict holds trivially here: an untrained model is no better
     // than a Bayes floor either; its broken-on-purpose cases are unit tests in
     // papers/induction/causal.rs.)

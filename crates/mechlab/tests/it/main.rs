@@ -7,6 +7,7 @@ mod support;
 mod attention_svm;
 mod birth;
 mod cli;
+mod docs;
 mod double_double;
 mod encode;
 mod hooks;

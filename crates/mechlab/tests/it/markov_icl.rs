@@ -65,20 +65,20 @@ fn run_preset_logged(
     (summary, records)
 }
 
-fn verdict<'a>(s: &'a Summary, prefix: &str) -> &'a Verdict {
+fn verdict<'a>(s: &'a Summary, id: &str) -> &'a Verdict {
     s.verdicts
         .iter()
-        .find(|v| v.claim.starts_with(prefix))
-        .unwrap()
+        .find(|v| v.id == id)
+        .unwrap_or_else(|| panic!("no verdict {id}: {:?}", s.verdicts))
 }
 
 /// The verdicts that together say the mechanism formed.
 const MECHANISM: [&str; 5] = [
-    "the final loss",
-    "the model ends nearest",
-    "phases:",
-    "layer 0 forms",
-    "layer 1 forms",
+    "markov-icl.loss-near-bayes",
+    "markov-icl.ends-at-ngram",
+    "markov-icl.phases",
+    "markov-icl.previous-token-head",
+    "markov-icl.induction-head",
 ];
 
 /// The loss and gradients (as bits) of one f32 step of `build()`'s model on
@@ -115,8 +115,16 @@ fn bigram_data_grows_both_heads_and_reaches_bayes_and_shuffled_data_does_not() {
 
     // Control: the same run on shuffled sequences (no transitions to learn).
     let c = run_short(&["data.shuffle=true"]);
-    assert!(!verdict(&c, "layer 0 forms").pass, "{:?}", c.verdicts);
-    assert!(!verdict(&c, "layer 1 forms").pass, "{:?}", c.verdicts);
+    assert!(
+        !verdict(&c, "markov-icl.previous-token-head").pass,
+        "{:?}",
+        c.verdicts
+    );
+    assert!(
+        !verdict(&c, "markov-icl.induction-head").pass,
+        "{:?}",
+        c.verdicts
+    );
     assert!(
         c.metrics["kl.unigram"] < c.metrics["kl.bigram"],
         "{:?}",
@@ -142,7 +150,11 @@ fn the_minimal_model_learns_the_bigram_through_its_heads_and_not_on_shuffled_dat
     let mut shuffled = short.to_vec();
     shuffled.push("data.shuffle=true");
     let c = run_preset("markov-icl-minimal", &shuffled);
-    for p in ["the model ends nearest", "layer 0 forms", "layer 1 forms"] {
+    for p in [
+        "markov-icl.ends-at-ngram",
+        "markov-icl.previous-token-head",
+        "markov-icl.induction-head",
+    ] {
         assert!(!verdict(&c, p).pass, "{p}: {:?}", c.verdicts);
     }
     assert!(c.metrics["prev_token.h0.d1"] < 0.2, "{:?}", c.metrics);

@@ -184,11 +184,11 @@ fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, E
     Ok(summary)
 }
 
-fn verdict(s: &Summary, word: &str) -> bool {
+fn verdict(s: &Summary, id: &str) -> bool {
     s.verdicts
         .iter()
-        .find(|v| v.claim.contains(word))
-        .unwrap_or_else(|| panic!("no verdict on {word}: {s:?}"))
+        .find(|v| v.id == id)
+        .unwrap_or_else(|| panic!("no verdict {id}: {s:?}"))
         .pass
 }
 
@@ -214,7 +214,7 @@ fn gradient_flow_selects_the_signal_token_at_maximum_margin_and_swapping_fails()
         &tmp.path().join("swap"),
     )
     .unwrap();
-    assert!(!verdict(&bad, "maximum margin"), "{bad:?}");
+    assert!(!verdict(&bad, "selection.max-margin"), "{bad:?}");
     assert!(bad.metrics["attn_mass"] < 0.1, "{bad:?}");
 }
 
@@ -290,7 +290,7 @@ fn joint_adam_training_also_selects_the_signal_tokens() {
     let s = run_preset("selection-synthetic", &over, &tmp.path().join("adam")).unwrap();
     assert!(s.metrics["attn_mass"] > 0.9, "{s:?}");
     assert_eq!(s.metrics["test_acc"], 1.0, "{s:?}");
-    assert!(verdict(&s, "U-shaped"), "{s:?}");
+    assert!(verdict(&s, "selection.u-shape"), "{s:?}");
 }
 
 #[test]

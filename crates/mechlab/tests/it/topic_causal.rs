@@ -62,7 +62,7 @@ fn tiny_topic_attention_run_has_the_uniform_attention_verdict() {
     let v: Vec<_> = s
         .verdicts
         .iter()
-        .filter(|v| v.claim.contains("uniform attention over the visible keys"))
+        .filter(|v| v.id == "topic.causal-uniform-attention")
         .collect();
     assert_eq!(v.len(), 1, "one uniform-attention verdict");
     let r = UniformAttention {
