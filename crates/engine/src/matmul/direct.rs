@@ -357,7 +357,9 @@ mod tests {
     #[test]
     fn equals_gemm_bit_for_bit() {
         if simd::level() != Level::Avx512 {
-            return; // the kernel does not run here; `gemm` computes every product
+            // the kernel does not run here; `gemm` computes every product
+            let why = format!("no AVX-512 (level {:?})", simd::level());
+            return crate::testutil::not_run("equals_gemm_bit_for_bit", &why);
         }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         // Row counts that leave every remainder from 0 to 7 under the 8-row
@@ -403,7 +405,8 @@ mod tests {
     #[test]
     fn transposes_every_block_and_edge() {
         if simd::level() != Level::Avx512 {
-            return;
+            let why = format!("no AVX-512 (level {:?})", simd::level());
+            return crate::testutil::not_run("transposes_every_block_and_edge", &why);
         }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
         for (rows, cols) in [(1, 1), (16, 16), (5, 40), (17, 3), (33, 47), (40, 16)] {

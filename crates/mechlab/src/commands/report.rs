@@ -21,6 +21,16 @@ pub fn document(
     reg: &Registry,
     dir: &Path,
 ) -> Result<(Report, Vec<mechlab_report::Figure>), RunError> {
+    if !dir.join("summary.json").exists() && dir.join("checkpoints").is_dir() {
+        return Err(RunError::Folder {
+            path: dir.display().to_string(),
+            reason: format!(
+                "the run has not finished (no summary.json yet); continue it with \
+                 `mechlab resume {}`, which writes the report when it ends",
+                dir.display()
+            ),
+        });
+    }
     let summary = read_summary(dir)?;
     let fig_dir = dir.join("figures");
     let figures = if fig_dir.exists() {

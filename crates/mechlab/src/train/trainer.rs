@@ -79,7 +79,11 @@ pub enum TrainError {
         value: f64,
         checkpoint: Option<PathBuf>,
     },
-    #[error("interrupted at step {step}; checkpoint {} written, continue with `mechlab resume`", checkpoint.display())]
+    #[error(
+        "interrupted at step {step}; checkpoint {} written, continue with `mechlab resume {}`",
+        checkpoint.display(),
+        run_of(checkpoint).display()
+    )]
     Interrupted { step: u64, checkpoint: PathBuf },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
@@ -87,6 +91,14 @@ pub enum TrainError {
     Run(#[from] RunError),
     #[error("train config: {0}")]
     Config(String),
+}
+
+/// The run folder a checkpoint belongs to (`<run>/checkpoints/step_N.safetensors`).
+fn run_of(checkpoint: &std::path::Path) -> &std::path::Path {
+    checkpoint
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap_or(std::path::Path::new("<run>"))
 }
 
 fn last_good(checkpoint: &Option<PathBuf>) -> String {
@@ -114,10 +126,10 @@ type PendingOptimizer<T> = (Option<usize>, u64, Vec<Vec<T>>, Vec<Vec<T>>);
 /// Trains `model` through the stages of `cfg`, resuming from the run's latest
 /// checkpoint when the run is being resumed.
 ///
-/// Each state `s` is visited by [`Loop::at_state`] (probe, checkpoint, stop),
-/// then update `s + 1` is [`Loop::enter_stage`] (optimiser and freezes, when they
-/// change), [`Loop::update`] (forward, backward, checks, optimiser step) and
-/// [`Loop::log`].
+/// Each state `s` is visited by `Loop::at_state` (probe, checkpoint, stop),
+/// then update `s + 1` is `Loop::enter_stage` (optimiser and freezes, when they
+/// change), `Loop::update` (forward, backward, checks, optimiser step) and
+/// `Loop::log`.
 pub fn fit<T: Float, M: Trainable<T>>(
     model: &mut M,
     cfg: &TrainConfig,

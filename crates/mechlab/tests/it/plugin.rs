@@ -349,7 +349,18 @@ fn a_paper_from_another_crate_runs_through_every_command() {
     let dir = tmp.path().join("b");
     let mut ctx = RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
     ctx.stop_at = Some(23);
-    assert!(resolved.prepared.run(&mut ctx).is_err());
+    let e = resolved.prepared.run(&mut ctx).unwrap_err().to_string();
+    // the message names the command that continues this run
+    let again = format!("continue with `mechlab resume {}`", dir.display());
+    assert!(e.contains(&again), "{e}");
+    // a report of the unfinished run says the same, rather than a missing file
+    let e = mechlab::commands::report::build(&registry(), &dir)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("has not finished") && e.contains("mechlab resume"),
+        "{e}"
+    );
     assert_eq!(cli(&["resume", &p("b")]), 0);
     let resumed = mechlab::run::read_summary(&dir).unwrap();
     assert_eq!(resumed, summary);
