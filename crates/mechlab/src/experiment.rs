@@ -113,6 +113,44 @@ macro_rules! common_config {
     };
 }
 
+/// The analysis half of a paper whose `analysis` module (any module, named by
+/// `$m`) has `load(cfg, run, step)` and `intervene(cfg, run, req)`, and with
+/// `measure` also `measure(cfg, run, step)`: the [`Paper`] methods that hand
+/// each call to it, written once. Inside `impl Paper for MyPaper`:
+/// `mechlab::analysis_half!(analysis);`.
+#[macro_export]
+macro_rules! analysis_half {
+    ($m:ident) => {
+        fn load(
+            &self,
+            cfg: &Self::Config,
+            run: &$crate::analysis::RunDir,
+            step: Option<u64>,
+        ) -> Result<$crate::analysis::Model, $crate::analysis::LoadError> {
+            $m::load(cfg, run, step)
+        }
+        fn intervene(
+            &self,
+            cfg: &Self::Config,
+            run: &$crate::analysis::RunDir,
+            req: &$crate::analysis::Request,
+        ) -> Result<$crate::analysis::Interventions, $crate::analysis::InterveneError> {
+            $m::intervene(cfg, run, req)
+        }
+    };
+    ($m:ident, measure) => {
+        $crate::analysis_half!($m);
+        fn measure(
+            &self,
+            cfg: &Self::Config,
+            run: &$crate::analysis::RunDir,
+            step: Option<u64>,
+        ) -> Result<serde_json::Map<String, serde_json::Value>, $crate::analysis::InterveneError> {
+            $m::measure(cfg, run, step)
+        }
+    };
+}
+
 /// A paper, as its author writes it: typed config in, summary out.
 pub trait Paper: Sync + Send + 'static {
     /// The whole config: every key with its default, `#[serde(deny_unknown_fields)]`.

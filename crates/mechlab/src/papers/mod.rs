@@ -8,6 +8,7 @@
 
 pub mod attention_svm;
 pub mod birth;
+pub mod gpt_task;
 pub mod induction;
 pub mod lm_induction;
 pub mod markov_icl;

@@ -210,22 +210,7 @@ impl Paper for AttentionSvm {
         }
         v
     }
-    fn load(
-        &self,
-        cfg: &AttentionSvmConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &AttentionSvmConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis);
 }
 
 fn run(cfg: &AttentionSvmConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {

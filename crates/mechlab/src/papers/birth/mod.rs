@@ -27,56 +27,58 @@ pub mod probes;
 mod report;
 mod verdicts;
 
-use crate::analysis::{LoadError, Model, RunDir};
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
-use crate::rng::{self, stream, substream, Stream};
+use crate::papers::gpt_task::{GptTask, Sampler};
+use crate::rng::{stream, substream, Stream};
 use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};
-use crate::train::{fit, Trainable};
+use crate::train::fit;
 pub use config::BirthConfig;
 use data::Bigrams;
-use mechlab_engine::gpt::{Gpt, Workspace};
-use mechlab_engine::{Float, Parameters};
+use mechlab_engine::gpt::Gpt;
+use mechlab_engine::Float;
 use probes::Probe;
 use rand_chacha::ChaCha8Rng;
 
 /// The model with its stream of fresh sequences: what the trainer trains.
-pub struct Task<T: Float> {
-    pub model: Gpt<T>,
-    ws: Workspace<T>,
-    pub data: Bigrams,
-    rng: ChaCha8Rng,
-    /// The step's sequences `[B, T + 1]`, trigger occurrences `[B, T]`, the
-    /// loss mask (occurrence ≥ 2) and the per-sequence outputs, reused.
-    buf: Vec<u32>,
+pub type Task<T> = GptTask<T, Triggered>;
+
+/// The bigram sequences with their per-sequence trigger outputs, scored only
+/// at a trigger's second and later occurrences (the authors' loss).
+pub struct Triggered {
+    pub bigrams: Bigrams,
+    /// The step's trigger occurrences `[B, T]`, loss mask (occurrence ≥ 2) and
+    /// per-sequence outputs, reused.
     occ: Vec<u32>,
     mask: Vec<bool>,
     outs: Vec<(u32, u32)>,
 }
 
-impl<T: Float> Parameters<T> for Task<T> {
-    mechlab_engine::parameters!(T; model);
+impl Triggered {
+    pub fn new(bigrams: Bigrams, batch: usize, seq_len: usize) -> Self {
+        Triggered {
+            occ: vec![0; batch * seq_len],
+            mask: vec![false; batch * seq_len],
+            outs: vec![(0, 0); bigrams.triggers.len()],
+            bigrams,
+        }
+    }
 }
 
-impl<T: Float> Trainable<T> for Task<T> {
-    fn train_step(&mut self, _step: u64) -> T {
-        self.data
-            .batch(&mut self.buf, &mut self.occ, &mut self.outs, &mut self.rng);
+impl Sampler for Triggered {
+    fn draw(
+        &mut self,
+        tokens: &mut [u32],
+        _seq_len: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Option<&[bool]> {
+        self.bigrams
+            .batch(tokens, &mut self.occ, &mut self.outs, rng);
         for (m, &o) in self.mask.iter_mut().zip(&self.occ) {
             *m = o >= 2;
         }
-        T::of(
-            self.model
-                .train_step_masked(&mut self.ws, &self.buf, Some(&self.mask)),
-        )
-    }
-    fn save_state(&self) -> serde_json::Value {
-        rng::save_json(&self.rng)
-    }
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
-        self.rng = rng::restore_json(state)?;
-        Ok(())
+        Some(&self.mask)
     }
 }
 
@@ -120,17 +122,7 @@ impl Paper for Birth {
             ReproduceItem::new("birth-1l", &[]),
         ]
     }
-    fn load(&self, cfg: &BirthConfig, run: &RunDir, step: Option<u64>) -> Result<Model, LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &BirthConfig,
-        run: &RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis);
 }
 
 fn bad(msg: String) -> ExperimentError {
@@ -159,22 +151,14 @@ fn run_typed<T: Float>(cfg: &BirthConfig, ctx: &mut RunCtx) -> Result<Summary, E
         model::build::<T>(cfg, data.vocab(), &mut stream(cfg.seed, Stream::Init)).map_err(bad)?;
     let mut probe = probe_for(cfg, &data, &model);
     let init = probe.evaluate(&model, &data);
-    let mut task = Task {
-        ws: Workspace::new(&model, b, t),
-        model,
-        buf: vec![0; b * (t + 1)],
-        occ: vec![0; b * t],
-        mask: vec![false; b * t],
-        outs: vec![(0, 0); data.triggers.len()],
-        data,
-        rng: stream(cfg.seed, Stream::Data),
-    };
+    let data = Triggered::new(data, b, t);
+    let mut task = Task::new(model, data, b, t, stream(cfg.seed, Stream::Data));
     let mut probe_fn = |tk: &mut Task<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
-        let e = probe.evaluate(&tk.model, &tk.data);
+        let e = probe.evaluate(&tk.model, &tk.data.bigrams);
         ctx.log("probe", step, &e.record())
     };
     let fitted = fit(&mut task, &cfg.train, ctx, &mut probe_fn)?;
-    let fin = probe.evaluate(&task.model, &task.data);
+    let fin = probe.evaluate(&task.model, &task.data.bigrams);
     let m = report::measured(ctx, init, fin, fitted.final_loss)?;
     report::figures(cfg, ctx, &task, &mut probe, &m)?;
     report::notes(cfg, ctx, &task, &m)?;

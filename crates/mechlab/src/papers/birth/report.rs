@@ -100,7 +100,7 @@ pub fn figures<T: Float>(
         .caption(
             "The training objective (loss_head_only), on the evaluation sequences; ln N is chance.",
         )
-        .with_hline("ln N", (task.data.vocab() as f64).ln())
+        .with_hline("ln N", (task.data.bigrams.vocab() as f64).ln())
         .with_series(Series::new(
             "evaluation",
             m.steps.clone(),
@@ -120,7 +120,7 @@ pub fn figures<T: Float>(
             pattern: w.pattern(l, i).iter().map(|v| v.as_f64()).collect(),
         })
         .collect();
-    let tokens = seq.iter().map(|&id| task.data.show(id)).collect();
+    let tokens = seq.iter().map(|&id| task.data.bigrams.show(id)).collect();
     let (acts, viewer) = attention_record(
         "attention",
         "Attention on an evaluation sequence, both layers",
@@ -149,7 +149,7 @@ pub fn notes<T: Float>(
     task: &Task<T>,
     m: &Measured,
 ) -> Result<(), ExperimentError> {
-    let d = &task.data;
+    let d = &task.data.bigrams;
     let trig: Vec<String> = d.triggers.iter().map(|&q| d.show(q)).collect();
     let mut md = format!(
         "## Setting\n\n{}-layer simplified transformer (one head of width {}, W_Q = I, frozen random embeddings, positions, unembedding and value maps), context {}, vocabulary {} bytes of {}, triggers {}; {} SGD steps (lr {}, momentum {}, weight decay {}) of {} fresh sequences, loss on the outputs from their second occurrence.\n\n",

@@ -125,22 +125,7 @@ impl Paper for Induction {
             ReproduceItem::new("induction-copier-frozen", REPRODUCE_COPIER),
         ]
     }
-    fn load(
-        &self,
-        cfg: &InductionConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &InductionConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis);
 }
 
 /// The simplified model's settings from a run's config (the table path).

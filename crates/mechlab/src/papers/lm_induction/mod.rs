@@ -29,43 +29,31 @@ mod verdicts;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
-use crate::rng::{self, stream, substream, Stream};
+use crate::papers::gpt_task::{GptTask, Sampler};
+use crate::rng::{stream, substream, Stream};
 use crate::run::summary::Summary;
 use crate::run::{RunCtx, RunError};
-use crate::train::{fit, Trainable};
+use crate::train::fit;
 pub use config::LmConfig;
 use data::Data;
-use mechlab_engine::gpt::{Gpt, Workspace};
-use mechlab_engine::{Float, Parameters};
+use mechlab_engine::gpt::Gpt;
+use mechlab_engine::Float;
 use probes::Probe;
 use rand_chacha::ChaCha8Rng;
 
-/// The model with its stream of training batches: what the trainer trains.
-pub struct Task<T: Float> {
-    pub model: Gpt<T>,
-    ws: Workspace<T>,
-    data: Data,
-    rng: ChaCha8Rng,
-    /// The step's batch `[B, T + 1]`, reused.
-    buf: Vec<u32>,
-}
+/// The model with its stream of training windows: what the trainer trains.
+pub type Task<T> = GptTask<T, Data>;
 
-impl<T: Float> Parameters<T> for Task<T> {
-    mechlab_engine::parameters!(T; model);
-}
-
-impl<T: Float> Trainable<T> for Task<T> {
-    fn train_step(&mut self, _step: u64) -> T {
-        let len = self.ws.seq_len() + 1;
-        self.data.draw(&mut self.buf, len, &mut self.rng);
-        T::of(self.model.train_step(&mut self.ws, &self.buf))
-    }
-    fn save_state(&self) -> serde_json::Value {
-        rng::save_json(&self.rng)
-    }
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
-        self.rng = rng::restore_json(state)?;
-        Ok(())
+/// Every target of a window is scored.
+impl Sampler for Data {
+    fn draw(
+        &mut self,
+        tokens: &mut [u32],
+        seq_len: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Option<&[bool]> {
+        Data::draw(self, tokens, seq_len + 1, rng);
+        None
     }
 }
 
@@ -114,22 +102,7 @@ impl Paper for LmInduction {
             ReproduceItem::new("lm-induction-1l-short", &[]),
         ]
     }
-    fn intervene(
-        &self,
-        cfg: &LmConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
-    fn load(
-        &self,
-        cfg: &LmConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
+    crate::analysis_half!(analysis);
 }
 
 fn bad(msg: String) -> ExperimentError {
@@ -209,14 +182,7 @@ fn run_typed<T: Float>(cfg: &LmConfig, ctx: &mut RunCtx) -> Result<Summary, Expe
         Gpt::<T>::new(&cfg.model.gpt(t, v), &mut stream(seed, Stream::Init)).map_err(bad)?;
     let mut probe = probe_for(cfg, &data, &model);
     let init = probe.evaluate(&model);
-    let ws = Workspace::new(&model, cfg.data.batch, t);
-    let mut task = Task {
-        model,
-        ws,
-        buf: vec![0; cfg.data.batch * (t + 1)],
-        data,
-        rng: stream(seed, Stream::Data),
-    };
+    let mut task = Task::new(model, data, cfg.data.batch, t, stream(seed, Stream::Data));
     let mut probe_fn = |tk: &mut Task<T>, step: u64, ctx: &mut RunCtx| -> Result<(), RunError> {
         let e = probe.evaluate(&tk.model);
         let rec = eval_record(&e);

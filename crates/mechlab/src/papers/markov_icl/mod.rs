@@ -238,22 +238,7 @@ impl Paper for MarkovIcl {
             ReproduceItem::new("markov-icl-minimal", REPRODUCE_SHORT),
         ]
     }
-    fn load(
-        &self,
-        cfg: &MarkovConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &MarkovConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis);
 }
 
 /// What `mechlab reproduce markov-icl` changes in the presets: nothing, they are

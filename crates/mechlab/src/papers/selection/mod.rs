@@ -172,22 +172,7 @@ impl Paper for Selection {
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![ReproduceItem::new("selection-synthetic", &[])]
     }
-    fn load(
-        &self,
-        cfg: &SelectionConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &SelectionConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis);
 }
 
 /// The training and test sets, and a name per token id.

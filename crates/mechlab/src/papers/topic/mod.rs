@@ -88,20 +88,5 @@ impl Paper for TopicExperiment {
             ReproduceItem::new("topic-two-stage", &[]),
         ]
     }
-    fn load(
-        &self,
-        cfg: &TopicConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &TopicConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis);
 }

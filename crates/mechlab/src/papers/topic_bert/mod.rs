@@ -316,22 +316,7 @@ impl Paper for TopicBert {
     }
     // No `reproduce` items: it reads a pretrained model from shared storage, and
     // `mechlab reproduce` runs on built-in synthetic data only.
-    fn load(
-        &self,
-        cfg: &TopicBertConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &TopicBertConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis);
 }
 
 /// The figures of one topic source.

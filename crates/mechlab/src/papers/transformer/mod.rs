@@ -145,30 +145,7 @@ impl Paper for Transformer {
             )),
         }
     }
-    fn load(
-        &self,
-        cfg: &TransformerConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<crate::analysis::Model, crate::analysis::LoadError> {
-        analysis::load(cfg, run, step)
-    }
-    fn measure(
-        &self,
-        cfg: &TransformerConfig,
-        run: &crate::analysis::RunDir,
-        step: Option<u64>,
-    ) -> Result<serde_json::Map<String, serde_json::Value>, crate::analysis::InterveneError> {
-        analysis::measure(cfg, run, step)
-    }
-    fn intervene(
-        &self,
-        cfg: &TransformerConfig,
-        run: &crate::analysis::RunDir,
-        req: &crate::analysis::Request,
-    ) -> Result<crate::analysis::Interventions, crate::analysis::InterveneError> {
-        analysis::intervene(cfg, run, req)
-    }
+    crate::analysis_half!(analysis, measure);
 }
 
 fn bad(msg: String) -> ExperimentError {
