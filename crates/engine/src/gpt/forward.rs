@@ -210,8 +210,6 @@ impl<T: Float> Work<T> {
         if at(Stage::ResidPre) {
             let x = &mut self.resid[l][..nd];
             visit(vis, || format!("blocks.{l}.hook_resid_pre"), Kind::Resid, x)?;
-        }
-        if at(Stage::ResidPre) {
             self.qkv(m, l);
         }
         for (s, buf, name) in [
@@ -244,21 +242,11 @@ impl<T: Float> Work<T> {
             let z = &mut self.z[l][..nhd];
             visit(vis, || format!("blocks.{l}.attn.hook_z"), Kind::Heads, z)?;
         }
-        let ao = &mut self.attn_out[l][..nd];
         if at(Stage::Z) {
-            // attn_out: [rows, D] = z · W_Oᵀ + b_O
-            let wo = (m.value(bi.w_o), m.value(bi.b_o));
-            linear::forward(
-                ao,
-                &self.z[l][..nhd],
-                wo.0,
-                Some(wo.1),
-                dm.rows,
-                dm.hd,
-                dm.d,
-            );
+            self.project_out(m, l);
         }
         if at(Stage::AttnOut) {
+            let ao = &mut self.attn_out[l][..nd];
             visit(vis, || format!("blocks.{l}.hook_attn_out"), Kind::Resid, ao)?;
         }
         if bi.mlp.is_some() {
@@ -279,6 +267,15 @@ impl<T: Float> Work<T> {
             out,
         )?;
         Ok(())
+    }
+
+    /// Block `l`'s `attn_out = z · W_Oᵀ + b_O`: `[rows, D]`.
+    fn project_out(&mut self, m: &Gpt<T>, l: usize) {
+        let dm = self.dims(m);
+        let bi = &m.ix.blocks[l];
+        let (w_o, b_o) = (m.value(bi.w_o), m.value(bi.b_o));
+        let (ao, z) = (&mut self.attn_out[l][..dm.nd()], &self.z[l][..dm.nhd()]);
+        linear::forward(ao, z, w_o, Some(b_o), dm.rows, dm.hd, dm.d);
     }
 
     /// Block `l`'s `q, k, v = LN1(resid_pre) · W_{Q,K,V}ᵀ + b`: `[rows, H·d_head]` each.

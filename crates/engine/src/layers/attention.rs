@@ -10,6 +10,8 @@
 //!
 //! `logits[h, i, j] = scale · ⟨q[i, h], k[j, h]⟩ + bias[h, i, j]`,
 //! `pattern[h, i, :] = softmax over allowed j`, `z[i, h] = Σ_j pattern[h, i, j] · v[j, h]`.
+//! [`reference::attention`](super::reference::attention) is that definition as
+//! plain loops; the layer agrees with it (tested).
 //!
 //! Key `j` is allowed for query `i` in head `h` when all given conditions hold:
 //! the key mask `[Tk]` keeps `j`; the full mask `[H, Tq, Tk]` keeps `(h, i, j)` (this
@@ -387,43 +389,6 @@ mod tests {
     use super::*;
     use crate::testutil::*;
 
-    /// Straightforward loops over the module doc's definition.
-    fn reference(
-        a: &Attention,
-        q: &[f64],
-        k: &[f64],
-        v: &[f64],
-        ex: &AttnExtras<'_, f64>,
-    ) -> (Vec<f64>, Vec<f64>) {
-        let (nh, tq, tk, dqk, dv) = (a.n_heads, a.t_q, a.t_k, a.d_qk, a.d_v);
-        let mut pat = vec![0.0; nh * tq * tk];
-        let mut z = vec![0.0; tq * nh * dv];
-        for h in 0..nh {
-            for i in 0..tq {
-                let logit = |j: usize| {
-                    let s: f64 = (0..dqk)
-                        .map(|c| q[(i * nh + h) * dqk + c] * k[(j * nh + h) * dqk + c])
-                        .sum();
-                    a.scale * s + ex.bias.map_or(0.0, |b| b[(h * tq + i) * tk + j])
-                };
-                let ok: Vec<usize> = (0..tk).filter(|&j| a.allowed(ex, h, i, j)).collect();
-                let m = ok
-                    .iter()
-                    .map(|&j| logit(j))
-                    .fold(f64::NEG_INFINITY, f64::max);
-                let s: f64 = ok.iter().map(|&j| (logit(j) - m).exp()).sum();
-                for &j in &ok {
-                    let p = (logit(j) - m).exp() / s;
-                    pat[(h * tq + i) * tk + j] = p;
-                    for c in 0..dv {
-                        z[(i * nh + h) * dv + c] += p * v[(j * nh + h) * dv + c];
-                    }
-                }
-            }
-        }
-        (z, pat)
-    }
-
     struct Case {
         a: Attention,
         q: Vec<f64>,
@@ -467,7 +432,7 @@ mod tests {
             let mut z = vec![0.0; tq * 2 * 2];
             let mut pat = vec![0.0; c.a.pattern_len()];
             c.a.forward(&mut z, &mut pat, &c.q, &c.k, &c.v, &ex);
-            let (zr, pr) = reference(&c.a, &c.q, &c.k, &c.v, &ex);
+            let (zr, pr) = crate::layers::reference::attention(&c.a, &c.q, &c.k, &c.v, &ex);
             assert_close("z", &z, &zr, 1e-12);
             assert_close("pattern", &pat, &pr, 1e-12);
             // key 2 is masked everywhere: exact zeros

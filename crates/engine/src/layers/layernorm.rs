@@ -14,7 +14,8 @@
 //! chains run side by side instead, each in its own column order, so the adds of
 //! one row wait on the latency of the last while the others proceed; compiled for
 //! the widest SIMD level ([`crate::simd::widest`]). The bits are those of one row
-//! at a time (tested against that loop, f32 and f64).
+//! at a time ([`reference::layernorm`](super::reference::layernorm), the plain
+//! loop to read first; tested bit for bit, f32 and f64).
 //!
 //! ```
 //! use mechlab_engine::layers::layernorm;
@@ -417,59 +418,7 @@ mod tests {
         assert!(dx.iter().all(|v| v.is_finite()));
     }
 
-    /// Each row as one chain after another: the layer before its rows were
-    /// grouped, kept here as the reference the grouped layer must equal bit for bit.
-    #[allow(clippy::too_many_arguments)]
-    fn row_by_row<T: Float>(
-        x: &[T],
-        dy: &[T],
-        gamma: &[T],
-        beta: &[T],
-        n: usize,
-        d: usize,
-    ) -> [Vec<T>; 6] {
-        let nd = T::of_usize(d);
-        let (mut y, mut mean, mut rstd) = (
-            vec![T::zero(); n * d],
-            vec![T::zero(); n],
-            vec![T::zero(); n],
-        );
-        let (mut dx, mut dg, mut db) = (
-            vec![T::zero(); n * d],
-            vec![T::zero(); d],
-            vec![T::zero(); d],
-        );
-        for r in 0..n {
-            let xr = &x[r * d..(r + 1) * d];
-            let mu = xr.iter().copied().sum::<T>() / nd;
-            let var = xr.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() / nd;
-            let s = T::one() / (var + T::of(1e-5)).sqrt();
-            for c in 0..d {
-                y[r * d + c] = (xr[c] - mu) * s * gamma[c] + beta[c];
-            }
-            (mean[r], rstd[r]) = (mu, s);
-        }
-        for r in 0..n {
-            let (xr, dyr) = (&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]);
-            let (mu, rs) = (mean[r], rstd[r]);
-            let (mut mg, mut mgx) = (T::zero(), T::zero());
-            for c in 0..d {
-                let (g, xh) = (dyr[c] * gamma[c], (xr[c] - mu) * rs);
-                mg += g;
-                mgx += g * xh;
-            }
-            (mg, mgx) = (mg / nd, mgx / nd);
-            for c in 0..d {
-                let xh = (xr[c] - mu) * rs;
-                dx[r * d + c] += rs * (dyr[c] * gamma[c] - mg - xh * mgx);
-                dg[c] += dyr[c] * xh;
-                db[c] += dyr[c];
-            }
-        }
-        [y, mean, rstd, dx, dg, db]
-    }
-
-    fn grouped_equals_row_by_row<T: Float>(bits: impl Fn(T) -> u64) {
+    fn grouped_equals_reference<T: Float>(bits: impl Fn(T) -> u64) {
         let mut r = rng(31);
         let d = 37;
         for n in [1, 2, 7, 8, 9, 16, 19] {
@@ -485,7 +434,7 @@ mod tests {
                 .map(|&v| T::of(1.0 + 0.5 * v))
                 .collect();
             let beta: Vec<T> = uniform(&mut r, d).iter().map(|&v| T::of(v)).collect();
-            let want = row_by_row(&x, &dy, &gamma, &beta, n, d);
+            let want = crate::layers::reference::layernorm(&x, &dy, &gamma, &beta, n, d);
             let (mut y, mut mean, mut rstd) = (
                 vec![T::zero(); n * d],
                 vec![T::zero(); n],
@@ -522,8 +471,8 @@ mod tests {
 
     #[test]
     fn grouped_rows_compute_the_bits_of_one_row_at_a_time() {
-        grouped_equals_row_by_row::<f64>(f64::to_bits);
-        grouped_equals_row_by_row::<f32>(|v| v.to_bits() as u64);
+        grouped_equals_reference::<f64>(f64::to_bits);
+        grouped_equals_reference::<f32>(|v| v.to_bits() as u64);
     }
 
     #[test]

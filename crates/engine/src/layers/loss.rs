@@ -119,7 +119,8 @@ pub fn cross_entropy_logits<T: Float>(
 /// loss to `each(row, loss)` in row order (`0` for an unlabelled row), for callers
 /// that keep per-token losses. A row's sums are in-order chains (their order fixes
 /// their bits), so four labelled rows' chains run side by side, each in its own
-/// order, compiled for the widest SIMD level: the bits are those of one row at a time.
+/// order, compiled for the widest SIMD level: the bits are those of one row at a
+/// time, [`reference::cross_entropy_row`](super::reference::cross_entropy_row) (tested).
 pub fn cross_entropy_rows<T: Float>(
     dlogits: &mut [T],
     logits: &[T],
@@ -492,35 +493,6 @@ mod tests {
         assert_close("ce f32", &to_f64(&d32), &d64, 1e-6);
     }
 
-    /// One row as a plain loop computes it: the compare chain for the top logit,
-    /// the in-order chains that skip one entry.
-    fn one_row<T: Float>(d: &mut [T], z: &[T], y: usize, w: T) -> f64 {
-        let mut top = 0;
-        for (j, &zj) in z.iter().enumerate() {
-            if zj > z[top] {
-                top = j;
-            }
-        }
-        let m = z[top];
-        let mut rest = T::zero();
-        for (j, (dj, &zj)) in d.iter_mut().zip(z).enumerate() {
-            *dj = (zj - m).exp();
-            if j != top {
-                rest += *dj;
-            }
-        }
-        let sum = T::one() + rest;
-        d.iter_mut().for_each(|x| *x = *x / sum * w);
-        let others: T = d
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != y)
-            .map(|(_, &x)| x)
-            .sum();
-        d[y] = -others;
-        (rest.ln_1p() + (m - z[y])).as_f64()
-    }
-
     /// The grouped rows give each row's bits as the plain loop does, and hand
     /// the losses over in row order (unlabelled rows: 0 and a zero gradient):
     /// saturated rows, ties, labels on the top logit, rows past the lanes'
@@ -534,7 +506,12 @@ mod tests {
             for (i, y) in labels.iter().enumerate() {
                 if let Some(y) = *y {
                     let row = i * v..(i + 1) * v;
-                    want_loss[i] = one_row(&mut want[row.clone()], &z[row], y, T::of(w));
+                    want_loss[i] = crate::layers::reference::cross_entropy_row(
+                        &mut want[row.clone()],
+                        &z[row],
+                        y,
+                        T::of(w),
+                    );
                 }
             }
             let mut got = vec![T::of(9.0); z.len()];

@@ -11,6 +11,7 @@ pub mod layernorm;
 pub mod linear;
 pub mod loss;
 pub mod polykernel;
+pub mod reference;
 pub mod relu;
 pub mod rpe;
 pub mod softmax;

@@ -3,6 +3,7 @@
 //! the model, its workspace, the data stream and the step's batch, and the
 //! [`Trainable`] the trainer drives. A paper supplies only its [`Sampler`].
 
+use crate::experiment::Dtype;
 use crate::rng;
 use crate::train::Trainable;
 use mechlab_engine::gpt::{Gpt, Workspace};
@@ -60,4 +61,31 @@ impl<T: Float, S: Sampler> Trainable<T> for GptTask<T, S> {
         self.rng = rng::restore_json(state)?;
         Ok(())
     }
+}
+
+/// The checks every such paper's config needs: the window, the batch and the
+/// evaluation set in range, and a dtype the GPT trains in. The message names
+/// the key, the value and what is allowed.
+pub fn check_sizes(
+    paper: &str,
+    seq_len: usize,
+    batch: usize,
+    n_eval: usize,
+    dtype: Dtype,
+) -> Result<(), String> {
+    if !(8..=2048).contains(&seq_len) {
+        return Err(format!("data.seq_len = {seq_len}: must be 8..=2048"));
+    }
+    if batch == 0 || batch > 4096 {
+        return Err(format!("data.batch = {batch}: must be 1..=4096"));
+    }
+    if n_eval == 0 || n_eval > 4096 {
+        return Err(format!("probe.n_eval = {n_eval}: must be 1..=4096"));
+    }
+    if dtype == Dtype::F64x2 {
+        return Err(format!(
+            "model.dtype = \"f64x2\": {paper} runs in f32 or f64"
+        ));
+    }
+    Ok(())
 }

@@ -115,12 +115,8 @@ impl Default for BirthConfig {
 /// Value checks; the message names the key, the value and what is allowed.
 pub fn check(cfg: &BirthConfig) -> Result<(), String> {
     let (d, m) = (&cfg.data, &cfg.model);
-    if !(8..=2048).contains(&d.seq_len) {
-        return Err(format!("data.seq_len = {}: must be 8..=2048", d.seq_len));
-    }
-    if d.batch == 0 || d.batch > 4096 {
-        return Err(format!("data.batch = {}: must be 1..=4096", d.batch));
-    }
+    let n_eval = cfg.probe.n_eval;
+    crate::papers::gpt_task::check_sizes("birth", d.seq_len, d.batch, n_eval, m.dtype)?;
     if d.k == 0 || d.k > 32 {
         return Err(format!("data.k = {}: must be 1..=32 triggers", d.k));
     }
@@ -132,15 +128,6 @@ pub fn check(cfg: &BirthConfig) -> Result<(), String> {
     }
     if !(2..=1024).contains(&m.d_model) {
         return Err(format!("model.d_model = {}: must be 2..=1024", m.d_model));
-    }
-    if m.dtype == Dtype::F64x2 {
-        return Err("model.dtype = \"f64x2\": birth runs in f32 or f64".into());
-    }
-    if cfg.probe.n_eval == 0 || cfg.probe.n_eval > 4096 {
-        return Err(format!(
-            "probe.n_eval = {}: must be 1..=4096",
-            cfg.probe.n_eval
-        ));
     }
     Ok(())
 }

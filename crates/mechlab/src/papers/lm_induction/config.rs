@@ -243,12 +243,8 @@ impl Default for LmConfig {
 /// Value checks; the message names the key, the value and what is allowed.
 pub fn check(cfg: &LmConfig) -> Result<(), String> {
     let (d, p) = (&cfg.data, &cfg.probe);
-    if !(8..=2048).contains(&d.seq_len) {
-        return Err(format!("data.seq_len = {}: must be 8..=2048", d.seq_len));
-    }
-    if d.batch == 0 || d.batch > 4096 {
-        return Err(format!("data.batch = {}: must be 1..=4096", d.batch));
-    }
+    let dtype = cfg.model.dtype;
+    crate::papers::gpt_task::check_sizes("lm-induction", d.seq_len, d.batch, p.n_eval, dtype)?;
     if d.source == Source::Repeated && !(2..=65536).contains(&d.vocab) {
         return Err(format!("data.vocab = {}: must be 2..=65536", d.vocab));
     }
@@ -263,9 +259,6 @@ pub fn check(cfg: &LmConfig) -> Result<(), String> {
             "data.repeat_frac = {}: must be in [0, 1]",
             d.repeat_frac
         ));
-    }
-    if p.n_eval == 0 || p.n_eval > 4096 {
-        return Err(format!("probe.n_eval = {}: must be 1..=4096", p.n_eval));
     }
     if p.rep_len < 2 || 2 * p.rep_len > d.seq_len {
         return Err(format!(
@@ -284,9 +277,6 @@ pub fn check(cfg: &LmConfig) -> Result<(), String> {
             "probe.icl_early = {} and probe.icl_late = {late}: need icl_early < icl_late < data.seq_len = {}",
             p.icl_early, d.seq_len
         ));
-    }
-    if cfg.model.dtype == Dtype::F64x2 {
-        return Err("model.dtype = \"f64x2\": lm-induction runs in f32 or f64".into());
     }
     cfg.model
         .gpt(d.seq_len, 2)
