@@ -18,3 +18,33 @@ build_example() {
   ${CARGO_LOCK:+flock "$CARGO_LOCK"} cargo build --release -q -p mechlab --example "$1" >&2
   echo "$target/release/examples/$1"
 }
+
+# describe_machine: what the numbers below were measured on, printed first by
+# every benchmark: the processor, mechlab's SIMD level and gemm kernel, PyTorch's
+# version, backends and threads (when this Python has torch), and the load.
+describe_machine() {
+  # (a virtual machine's model name can be generic: family and model say more)
+  field() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'; }
+  echo "processor: $(field 'model name') (family $(field 'cpu family'), model $(field 'model\s')), $(nproc) cores"
+  echo "mechlab: $("$(build_example bench_machine)")"
+  echo "pytorch: $("$py" - <<'PY'
+import re
+try:
+    import torch
+except ImportError:
+    print("not installed here")
+else:
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    print(f"{torch.__version__}, {torch.get_num_threads()} threads, BLAS {blas.group(1) if blas else '?'}, "
+          f"MKL {torch.backends.mkl.is_available()}, oneDNN {torch.backends.mkldnn.is_available()}, "
+          f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+PY
+)"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# load_after: the load when the benchmark ends (a busy machine reads slower).
+load_after() {
+  echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+

@@ -11,6 +11,7 @@ source "$(dirname "$0")/../common.sh"
 small="${1:-20000}"
 large="${2:-200}"
 bin="$(build_example bench_attention_svm)"
+describe_machine
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 for size in "6 8 10 $small" "1000 32 64 $large"; do
@@ -39,3 +40,4 @@ for k in ("w", "kq"):
           f"{share[k][0] / tr[k] / 1e9:.2f} GFLOP/s, {share[k][2]:.1f}% of the measured f64 matmul peak ({share[k][1]:.1f} GFLOP/s)")
 PY
 done
+load_after

@@ -15,7 +15,7 @@ if ! "$py" -c "import transformers" 2>/dev/null; then
 fi
 if [ -n "${BENCH_OUT:-}" ]; then OUT=$BENCH_OUT; else OUT=$(mktemp -d); trap 'rm -rf "$OUT"' EXIT; fi
 bin="$(build_example bench_bert)"
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+describe_machine
 "$bin" "$OUT" "${1:-../shared/models/all-MiniLM-L6-v2}" "${2:-300}" "${3:-300}"
 "$py" bench/bert/compare.py "$OUT" ${GOLDEN:+--golden "$GOLDEN"}
 : > "$OUT/speed.jsonl"
@@ -43,3 +43,4 @@ for w in ["torch-eager", "torch-sdpa"]:
     ratios = [t / m for t, m in zip(secs[w], secs["mechlab"])]
     print(f"  mechlab / {w}: median {statistics.median(ratios):.2f}x (per round {min(ratios):.2f} to {max(ratios):.2f})")
 PY
+load_after

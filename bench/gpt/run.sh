@@ -13,7 +13,7 @@ source "$(dirname "$0")/../common.sh"
 steps="${1:-30}"; rounds="${2:-3}"; d_mlp="${3:-0}"; layers="${4:-2}"; dm="${5:-128}"; mask="${6:-all}"
 bin="$(build_example bench_gpt)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+describe_machine
 for r in $(seq "$rounds"); do
   "$bin" "$tmp" "$steps" "$d_mlp" "$layers" "$dm" "$mask" > "$tmp/rust$r.txt"
   "$py" bench/gpt/torch_gpt.py "$tmp" "$tmp/rust$r.txt" > "$tmp/torch$r.txt"
@@ -32,3 +32,4 @@ for name in ["eager", "sdpa"]:
           f"ratio median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
 print(f"mechlab share of the measured f32 matmul peak: median {statistics.median(share):.1f}%")
 PY
+load_after

@@ -7,6 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/../common.sh"
 epochs="${1:-100}"
 bin="$(build_example bench_induction)"
+describe_machine
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 "$bin" "$epochs" "$tmp/tokens.u8" | tee "$tmp/rust.txt"
@@ -31,3 +32,4 @@ flops, peak, pct = share
 print(f"mechlab: {flops / tr / 1e9:.2f} GFLOP/s of model FLOPs ({flops:.3g} an epoch), "
       f"{pct:.1f}% of the measured f64 matmul peak ({peak:.1f} GFLOP/s)")
 PY
+load_after

@@ -11,6 +11,7 @@ set -euo pipefail
 source "$(dirname "$0")/../common.sh"
 steps="${1:-200}"
 bin="$(build_example bench_markov_icl)"
+describe_machine
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 for dropout in 0 0.1; do
@@ -39,3 +40,4 @@ flops, peak, pct = share
 print(f"mechlab: {flops / tr / 1e9:.2f} GFLOP/s, {pct:.1f}% of the measured f64 matmul peak ({peak:.1f} GFLOP/s)")
 PY
 done
+load_after

@@ -5,5 +5,6 @@
 set -euo pipefail
 PYTHON="${PYTHON:-$(command -v python3)}"  # no PyTorch needed here
 source "$(dirname "$0")/../common.sh"
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+describe_machine
 "$(build_example bench_peak)" "$@"
+load_after

@@ -6,6 +6,8 @@
 # Environment: CARGO_TARGET_DIR, CARGO_LOCK as for the other benches; PYTHON, a
 # Python to make the package's venv with (default python3).
 set -euo pipefail
+PYTHON="${PYTHON:-$(command -v python3)}"  # no PyTorch needed here
+source "$(dirname "$0")/../common.sh"     # describe_machine, load_after
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 steps="${1:-2000}"
@@ -15,6 +17,7 @@ export CARGO_TARGET_DIR="$target" RAYON_NUM_THREADS=2
 lock=(${CARGO_LOCK:+flock "$CARGO_LOCK"})
 
 "${lock[@]}" cargo build --release -q -p mechlab --bin mechlab
+describe_machine
 venv="$root/bench/.venv-python"
 [ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check maturin numpy
@@ -51,3 +54,4 @@ print(f"induction-simplified, {sys.argv[2]} steps, {len(rows)} reps (whole proce
       f"CLI {mc:.3f} s, Python {mp:.3f} s, Python/CLI {mp / mc:.3f} "
       f"(min: {min(cli):.3f} vs {min(py):.3f} s, {min(py) / min(cli):.3f})")
 PY
+load_after

@@ -9,6 +9,7 @@ source "$(dirname "$0")/../common.sh"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 bin="$(build_example bench_selection)"
+describe_machine
 "$bin" "$out" "$@" >/dev/null
 "$py" bench/selection/torch_step.py "$out" 5 >/dev/null
 "$py" - "$out" <<'PY'
@@ -34,3 +35,4 @@ for name in t:
 if not ok:
     sys.exit("results differ from the float64 reference beyond tolerance (mechlab 1e-4, torch 1e-2)")
 PY
+load_after

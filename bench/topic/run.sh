@@ -6,6 +6,7 @@ set -euo pipefail
 source "$(dirname "$0")/../common.sh"
 PY="$py"
 OUT=${BENCH_OUT:-$(mktemp -d)}
+describe_machine
 "$(build_example bench_topic)" "$OUT" "$@"
 PRESETS=("$@")
 [ ${#PRESETS[@]} -eq 0 ] && PRESETS=(topic-value topic-embedding topic-attention topic-two-stage)
@@ -22,3 +23,4 @@ if not ok:
     sys.exit(1)
 PYEOF
 done
+load_after
