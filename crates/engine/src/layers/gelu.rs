@@ -5,7 +5,10 @@
 //! `exp` per element instead of a `tanh`, which is what made the MLP step slow
 //! (bench/gpt). Its derivative is `gelu'(x) = s + x · s(1 − s) · 2u'(x)` with
 //! `s = σ(2u)`, `u' = √(2/π) · (1 + 3 · 0.044715 x²)`; for `u → −∞`, `exp(−2u)`
-//! overflows to `∞` and `s` to `0`, the right limit, never a NaN.
+//! overflows to `∞` and `s` to `0`, the right limit, never a NaN. The `exp`s of a
+//! chunk of entries go through [`Float::exp_shifted_in_place`] together (for f32,
+//! sixteen lanes of [`crate::expf`], libm's bits), so the layer computes what a
+//! scalar loop computes, faster.
 //! The exact GELU `x · Φ(x) = x/2 · (1 + erf(x/√2))` (PyTorch's `nn.GELU()`,
 //! TransformerLens `"gelu"`, nanoGPT's) is [`exact_forward`] / [`exact_backward`],
 //! computed in f64 through `libm::erf` whatever `T` is, so an f32 model rounds
@@ -29,17 +32,29 @@ fn inner<T: Float>(x: T) -> T {
     s * (x + T::of(C) * x * x * x)
 }
 
-/// `σ(2u) = 1 / (1 + e^(−2u))`.
-fn sigma2<T: Float>(u: T) -> T {
-    T::one() / (T::one() + (-(u + u)).exp())
+/// Entries per pass: the `e^(−2u)` of a chunk stay in L1 between its passes.
+const CHUNK: usize = 256;
+
+/// `e ← e^(−2u(x))` for a chunk: the one `exp` of `σ(2u) = 1 / (1 + e^(−2u))`,
+/// through [`Float::exp_shifted_in_place`] (for f32 [`crate::expf`]'s lanes,
+/// which give `f32::exp`'s bits, so the layer's numbers are the scalar loop's).
+fn exp_minus_2u<T: Float>(e: &mut [T], x: &[T]) {
+    for (ei, &xi) in e.iter_mut().zip(x) {
+        let u = inner(xi);
+        *ei = -(u + u);
+    }
+    T::exp_shifted_in_place(e, T::zero());
 }
 
 /// `y = gelu(x)` elementwise, overwriting `y`.
 pub fn forward<T: Float>(y: &mut [T], x: &[T]) {
     // x: [N] -> y: [N]
     assert_eq!(y.len(), x.len(), "gelu: y and x differ in length");
-    for (yi, &xi) in y.iter_mut().zip(x) {
-        *yi = xi * sigma2(inner(xi));
+    for (yc, xc) in y.chunks_mut(CHUNK).zip(x.chunks(CHUNK)) {
+        exp_minus_2u(yc, xc);
+        for (yi, &xi) in yc.iter_mut().zip(xc) {
+            *yi = xi * (T::one() / (T::one() + *yi));
+        }
     }
 }
 
@@ -50,10 +65,19 @@ pub fn backward<T: Float>(dx: &mut [T], dy: &[T], x: &[T]) {
     assert_eq!(dy.len(), x.len(), "gelu: dy and x differ in length");
     let c = T::of((2.0 / std::f64::consts::PI).sqrt());
     let two = T::of(2.0);
-    for ((g, &d), &xi) in dx.iter_mut().zip(dy).zip(x) {
-        let s = sigma2(inner(xi));
-        let du = c * (T::one() + T::of(3.0 * C) * xi * xi);
-        *g += d * (s + xi * s * (T::one() - s) * two * du);
+    let mut e = [T::zero(); CHUNK];
+    let chunks = dx
+        .chunks_mut(CHUNK)
+        .zip(dy.chunks(CHUNK))
+        .zip(x.chunks(CHUNK));
+    for ((gc, dc), xc) in chunks {
+        let e = &mut e[..xc.len()];
+        exp_minus_2u(e, xc);
+        for (((g, &d), &xi), &ei) in gc.iter_mut().zip(dc).zip(xc).zip(e.iter()) {
+            let s = T::one() / (T::one() + ei);
+            let du = c * (T::one() + T::of(3.0 * C) * xi * xi);
+            *g += d * (s + xi * s * (T::one() - s) * two * du);
+        }
     }
 }
 
@@ -87,6 +111,42 @@ pub fn exact_backward<T: Float>(dx: &mut [T], dy: &[T], x: &[T]) {
 mod tests {
     use super::*;
     use crate::testutil::*;
+
+    /// The layer as one scalar `exp` per entry: what it computed before its
+    /// `exp` went through the lanes.
+    fn scalar<T: Float>(x: T, d: T) -> (T, T) {
+        let u = inner(x);
+        let s = T::one() / (T::one() + (-(u + u)).exp());
+        let c = T::of((2.0 / std::f64::consts::PI).sqrt());
+        let du = c * (T::one() + T::of(3.0 * C) * x * x);
+        (x * s, d * (s + x * s * (T::one() - s) * T::of(2.0) * du))
+    }
+
+    /// f32 and f64, across the chunk edges, at saturation both ways (where
+    /// `e^(−2u)` overflows to ∞ or underflows to 0) and at ±0: the bits of the
+    /// scalar loop.
+    #[test]
+    fn the_lanes_give_the_scalar_loops_bits() {
+        fn check<T: Float>(bits: impl Fn(T) -> u64) {
+            let mut r = rng(9);
+            let n = 2 * CHUNK + 37;
+            let mut x: Vec<T> = uniform(&mut r, n).iter().map(|v| T::of(12.0 * v)).collect();
+            x[..6].copy_from_slice(&[-60.0, -12.0, -0.0, 0.0, 12.0, 60.0].map(T::of));
+            let d: Vec<T> = uniform(&mut r, n).into_iter().map(T::of).collect();
+            let mut y = vec![T::zero(); n];
+            forward(&mut y, &x);
+            let mut g = vec![T::of(0.25); n];
+            backward(&mut g, &d, &x);
+            for i in 0..n {
+                let (wy, wg) = scalar(x[i], d[i]);
+                assert_eq!(bits(y[i]), bits(wy), "y at {i} (x = {})", x[i].as_f64());
+                let wg = T::of(0.25) + wg;
+                assert_eq!(bits(g[i]), bits(wg), "dx at {i} (x = {})", x[i].as_f64());
+            }
+        }
+        check::<f32>(|v| v.to_bits() as u64);
+        check::<f64>(f64::to_bits);
+    }
 
     #[test]
     fn gradcheck_over_a_wide_range() {
