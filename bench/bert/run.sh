@@ -25,7 +25,6 @@ for r in $(seq "${ROUNDS:-5}"); do
     echo "{\"who\": \"torch-$impl\", \"r\": $("$py" bench/bert/speed.py "$OUT" "$impl")}" >> "$OUT/speed.jsonl"
   done
 done
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$py" - "$OUT" <<'PY'
 import json, statistics, sys
 out = sys.argv[1]
