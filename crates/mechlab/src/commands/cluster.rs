@@ -16,6 +16,7 @@
 
 use super::sweep::{self, Row, SweepError, SweepSpec, MISSING};
 use super::sweep_folder;
+use super::sweep_phase::row_metrics;
 use crate::experiment::Registry;
 // Through `super`, so this file does not name where experiments live.
 use super::ExperimentError;
@@ -329,7 +330,7 @@ pub fn merge_sweep(sweep: &Path) -> Result<MergeReport, ClusterError> {
     for r in plan.runs() {
         let dir = r.dir(sweep);
         let (status, metrics, log) = if dir.join("summary.json").is_file() {
-            ("ok".to_string(), read_summary(&dir)?.metrics, None)
+            ("ok".to_string(), row_metrics(&read_summary(&dir)?), None)
         } else if let Some(f) = read_failure(&dir) {
             (format!("error: {}", f.error), BTreeMap::new(), f.log)
         } else {

@@ -11,6 +11,7 @@ pub mod reproduce;
 pub mod slurm;
 pub mod sweep;
 pub mod sweep_folder;
+pub mod sweep_phase;
 
 use crate::config::{self, ConfigError};
 use crate::experiment::{Experiment, ExperimentError, Prepared, Registry};

@@ -302,7 +302,7 @@ pub(crate) fn write_all(out: &Path, keys: &[String], rows: &[Row]) -> Result<(),
             .as_bytes(),
     )
     .map_err(io_err(&p))?;
-    Ok(())
+    super::sweep_phase::write(out, keys, &rows, &stats)
 }
 
 /// How many of a sweep's planned runs finished (`ok`), failed (`error: ...`) or

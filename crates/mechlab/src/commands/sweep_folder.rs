@@ -24,6 +24,7 @@
 
 use super::cluster::{Plan, PlannedRun, Writer, PLAN_FILE};
 use super::sweep::{self, SweepError, SweepSpec};
+use super::sweep_phase::row_metrics;
 use super::{resume, run};
 use crate::experiment::Registry;
 use crate::run::{atomic, checkpoint, io_err, read_summary};
@@ -287,7 +288,7 @@ pub(crate) fn run_or_resume(
         if !dir.join("report.html").is_file() {
             super::report::build(reg, dir)?;
         }
-        return Ok(read_summary(dir)?.metrics);
+        return Ok(row_metrics(&read_summary(dir)?));
     }
     let started =
         dir.join("config.toml").is_file() && !checkpoint::list(&dir.join("checkpoints")).is_empty();
@@ -295,7 +296,7 @@ pub(crate) fn run_or_resume(
         match resume(reg, dir, true) {
             Ok(s) => {
                 eprintln!("{}: resumed from its checkpoints", r.id());
-                return Ok(s.metrics);
+                return Ok(row_metrics(&s));
             }
             // A checkpoint cut short by the kill: the run is deterministic, so
             // starting over gives the same result, only later.
@@ -304,5 +305,5 @@ pub(crate) fn run_or_resume(
     }
     remove_all(&RUN_FILES.iter().map(|n| dir.join(n)).collect::<Vec<_>>())?;
     let resolved = sweep::resolve_run(reg, spec, keys, &r.values, r.seed)?;
-    Ok(run(reg, &resolved, dir, command, true)?.metrics)
+    Ok(row_metrics(&run(reg, &resolved, dir, command, true)?))
 }

@@ -29,6 +29,7 @@ mod selection;
 mod selection_reference;
 mod simd_levels;
 mod slurm;
+mod sweep_phase;
 mod topic;
 mod topic_bert;
 mod topic_causal;
