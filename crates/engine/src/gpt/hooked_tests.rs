@@ -7,8 +7,8 @@ use crate::hooks::{Ablation, Batch, Hook, HookedModel};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-#[test]
-fn hooked_forward_is_the_training_forward_and_hooks_act() {
+/// A small MLP + LayerNorm model with perturbed (not initial) parameters.
+fn mlp_ln_model() -> Gpt<f64> {
     let cfg = tiny(
         true,
         Normalization::LN,
@@ -17,8 +17,14 @@ fn hooked_forward_is_the_training_forward_and_hooks_act() {
     );
     let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
     perturb(&mut m, 6);
+    m
+}
+
+#[test]
+fn hooked_forward_is_the_training_forward_and_hooks_act() {
+    let mut m = mlp_ln_model();
     let (b, t) = (3, 4);
-    let x = tokens(b, t, cfg.d_vocab, 7);
+    let x = tokens(b, t, m.cfg.d_vocab, 7);
     let mut ws = Workspace::new(&m, b, t);
     m.evaluate(&mut ws, &x, None);
     let batch = Batch::new(x.clone(), b, t);
@@ -132,14 +138,7 @@ fn resumed_jobs_are_the_jobs_run_whole() {
 #[test]
 fn a_kept_workspace_carries_nothing_over() {
     use crate::hooks::{HookFn, Tensor};
-    let cfg = tiny(
-        true,
-        Normalization::LN,
-        PositionalEmbedding::Standard,
-        false,
-    );
-    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
-    perturb(&mut m, 6);
+    let mut m = mlp_ln_model();
     let (b, t) = (3, 5);
     let (x, y) = (tokens(b, t, 7, 1), tokens(b, t, 7, 2));
     let (bx, by) = (Batch::new(x, b, t), Batch::new(y, b, t));
