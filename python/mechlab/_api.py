@@ -239,18 +239,23 @@ def reproduce(
     out: Optional[PathLike] = None,
     quiet: Optional[bool] = None,
     jobs: Optional[int] = None,
+    seeds: Optional[int] = None,
 ) -> List[Dict[str, Any]]:
     """Runs every paper's reproduce presets (or those of ``papers``: induction,
     markov-icl, selection, topic, attention-svm, lm-induction, birth) into ``out``
     (default ``runs/reproduce``) and writes the combined report there, as
     ``mechlab reproduce`` does, ``jobs`` runs at a time (default 2, or 1 on one
-    core; the results do not depend on it).
+    core; the results do not depend on it). Each setting runs on its own number
+    of seeds, or on ``seeds``, and each claim is judged over them by its rule.
 
-    Returns one dict per run: ``paper``, ``name``, ``dir``, ``seconds``,
-    ``summary`` (dict, or None when the run failed), ``error``,
-    ``known_findings`` (the verdict ids documented as known findings) and ``run``.
-    With ``check=True`` a failed verdict that is not a known finding, or a failed
-    run, raises VerdictError after all ran (as ``mechlab reproduce --check``).
+    Returns one dict per run: ``paper``, ``name``, ``setting``, ``seed``, ``dir``,
+    ``seconds``, ``summary`` (dict, or None when the run failed), ``error``,
+    ``known_findings`` (the failed verdicts whose claim's rule allows them: the
+    authors' code fails them on some seeds too) and ``run``. The claims judged
+    over seeds (rate, rule, per-seed values, status) are ``claims`` in
+    ``out/summary.json``. With ``check=True`` a claim that fails its rule, or a
+    failed run, raises VerdictError after all ran (as ``mechlab reproduce
+    --check``).
     """
     out = _path(out, "out") or Path("runs/reproduce")
     if isinstance(papers, str):
@@ -261,9 +266,13 @@ def reproduce(
             raise TypeError(f"papers: expected paper names (str), got {_kind(p)}")
     if jobs is not None and _int(jobs, "jobs") < 1:
         raise ConfigError(f"jobs {jobs}: expected at least 1")
-    cmd = _call("reproduce", papers, check=check or None, out=out)
+    if seeds is not None and _int(seeds, "seeds") < 1:
+        raise ConfigError(f"seeds {seeds}: expected at least 1 seed per setting")
+    cmd = _call("reproduce", papers, check=check or None, out=out, seeds=seeds)
     with bar(quiet, "reproduce", "run") as cb:
-        raw = _native.reproduce(papers, out, command=cmd, on_progress=cb, jobs=jobs)
+        raw, claims_json = _native.reproduce(
+            papers, out, command=cmd, on_progress=cb, jobs=jobs, seeds=seeds
+        )
     results = []
     for r in raw:
         summary = None if r["summary_json"] is None else json.loads(r["summary_json"])
@@ -271,6 +280,8 @@ def reproduce(
             {
                 "paper": r["paper"],
                 "name": r["name"],
+                "setting": r["setting"],
+                "seed": r["seed"],
                 "dir": Path(r["dir"]),
                 "seconds": r["seconds"],
                 "summary": summary,
@@ -280,16 +291,12 @@ def reproduce(
             }
         )
     if check:
-        bad = []
-        for r in results:
-            if r["error"] is not None:
-                bad.append(f"{r['name']}: error: {r['error']}")
-            else:
-                bad += [
-                    f"{r['name']}: {v.get('id', '')} {v['claim']} (measured {v['measured']})"
-                    for v in r["summary"]["verdicts"]
-                    if not v["pass"] and v.get("id") not in r["known_findings"]
-                ]
+        bad = [f"{r['name']}: error: {r['error']}" for r in results if r["error"] is not None]
+        bad += [
+            f"{c['id']} ({c['setting']}): {c['reason']}"
+            for c in json.loads(claims_json)
+            if c["status"] == "failed"
+        ]
         if bad:
             raise VerdictError("claims not borne out:\n  " + "\n  ".join(bad))
     return results

@@ -96,7 +96,8 @@ def reproduce(
     command: Optional[str] = None,
     on_progress: _OnProgress = None,
     jobs: Optional[int] = None,
-) -> List[Dict[str, Any]]: ...
+    seeds: Optional[int] = None,
+) -> Tuple[List[Dict[str, Any]], str]: ...
 
 @final
 class Model:

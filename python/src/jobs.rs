@@ -277,10 +277,12 @@ pub fn sweep(
     }
 }
 
-/// Runs the reproduce presets of `papers` (all when empty) into `out`; returns
-/// one dict per run: paper, name, dir, seconds, summary (or None) and error.
+/// Runs the reproduce presets of `papers` (all when empty) into `out`, each
+/// setting on its own seeds or `seeds`; returns one dict per run (paper, name,
+/// setting, seed, dir, seconds, summary or None, error) and the claims judged
+/// over seeds as JSON.
 #[pyfunction]
-#[pyo3(signature = (papers, out, *, command=None, on_progress=None, jobs=None))]
+#[pyo3(signature = (papers, out, *, command=None, on_progress=None, jobs=None, seeds=None))]
 pub fn reproduce<'py>(
     py: Python<'py>,
     papers: Vec<String>,
@@ -288,15 +290,19 @@ pub fn reproduce<'py>(
     command: Option<String>,
     on_progress: Option<&Bound<'py, PyAny>>,
     jobs: Option<usize>,
-) -> PyResult<Bound<'py, PyList>> {
-    let jobs = jobs.unwrap_or_else(repro::default_jobs);
-    let command = command.unwrap_or_else(|| "mechlab.reproduce()".into());
+    seeds: Option<u32>,
+) -> PyResult<(Bound<'py, PyList>, String)> {
+    let opts = repro::Options {
+        quiet: true,
+        command: command.unwrap_or_else(|| "mechlab.reproduce()".into()),
+        jobs: jobs.unwrap_or_else(repro::default_jobs),
+        seeds,
+    };
     let progress = Arc::new(Progress::new());
     let (p, o) = (progress.clone(), out.clone());
     let reg = values::registry();
-    let job =
-        move || repro::reproduce_with_progress(&reg, &papers, &o, true, &command, jobs, Some(&p));
-    let outcomes = match supervise(py, &progress, on_progress, job)? {
+    let job = move || repro::reproduce_with_progress(&reg, &papers, &o, &opts, Some(&p));
+    let done = match supervise(py, &progress, on_progress, job)? {
         Ended::Done(Ok(o)) => o,
         Ended::Done(Err(e)) => return Err(errors::experiment(py, &e)),
         Ended::Stopped(err, _) => {
@@ -310,15 +316,23 @@ pub fn reproduce<'py>(
             ))
         }
     };
+    let reg = values::registry();
     let list = PyList::empty(py);
-    for o in outcomes {
+    for o in &done.outcomes {
         let d = PyDict::new(py);
         d.set_item("paper", &o.paper)?;
         d.set_item("name", &o.name)?;
+        d.set_item("setting", &o.setting)?;
+        d.set_item("seed", o.seed)?;
         d.set_item("dir", &o.dir)?;
         d.set_item("seconds", o.seconds)?;
-        // The verdict ids documented as known findings (the CLI's `FAIL, known`).
-        let known: Vec<&str> = o.findings.iter().map(|f| f.id).collect();
+        // The failures the claims' rules allow (the CLI's `FAIL, known`).
+        let known: Vec<String> = o
+            .verdicts(&reg)
+            .into_iter()
+            .filter(|v| v.known)
+            .map(|v| v.id)
+            .collect();
         d.set_item("known_findings", known)?;
         match &o.result {
             Ok(s) => {
@@ -335,5 +349,6 @@ pub fn reproduce<'py>(
         }
         list.append(d)?;
     }
-    Ok(list)
+    let claims = serde_json::to_string(&done.claims).expect("judgements serialise");
+    Ok((list, claims))
 }

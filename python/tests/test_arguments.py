@@ -81,3 +81,5 @@ def test_reproduce_papers_must_be_names():
         mechlab.reproduce([1])  # type: ignore[list-item]
     with pytest.raises(mechlab.ConfigError, match=r"jobs 0: expected at least 1"):
         mechlab.reproduce(["selection"], jobs=0)
+    with pytest.raises(mechlab.ConfigError, match="seeds 0"):
+        mechlab.reproduce(["selection"], seeds=0)

@@ -1,6 +1,7 @@
 """Long calls: progress, Ctrl-C and resume, sweep(), reproduce()."""
 
 import _thread
+import json
 import signal
 import threading
 import time
@@ -174,6 +175,15 @@ def test_reproduce_one_paper(tmp_path):
     assert all(v["id"] and v["source"] for v in r["summary"]["verdicts"])
     assert isinstance(r["run"], mechlab.Run) and r["run"].summary == r["summary"]
     assert (tmp_path / "rep" / "report.html").is_file()
+
+
+def test_reproduce_judges_claims_over_seeds(tmp_path):
+    res = mechlab.reproduce(["selection"], check=True, out=tmp_path / "rep", seeds=2)
+    assert [(r["setting"], r["seed"]) for r in res] == [("selection-synthetic", 0), ("selection-synthetic", 1)]
+    assert res[1]["name"] == "selection-synthetic+seed=1"
+    claims = json.loads((tmp_path / "rep" / "summary.json").read_text())["claims"]
+    assert {c["status"] for c in claims} == {"held"}
+    assert all(c["seeds"] == 2 and len(c["per_seed"]) == 2 for c in claims)
 
 
 def test_reproduce_unknown_paper():

@@ -23,6 +23,7 @@
 //! ```
 
 use crate::analysis::{InterveneError, Interventions, LoadError, Model, Request, RunDir};
+use crate::claims::Claim;
 use crate::config::presets::Preset;
 use crate::config::{self, ConfigError};
 use crate::run::checkpoint::CheckpointError;
@@ -175,6 +176,13 @@ pub trait Paper: Sync + Send + 'static {
     fn reproduce(&self) -> Vec<ReproduceItem> {
         Vec::new()
     }
+    /// The rules its claims are judged by over seeds in the setting `cfg`, where a
+    /// claim's is not "every seed" (see [`crate::claims`]). A rule belongs to the
+    /// claim in its setting: the authors' code may hold a claim on every seed in
+    /// one setting and on some in another.
+    fn claims(&self, _cfg: &Self::Config) -> &'static [Claim] {
+        &[]
+    }
 
     // --- the analysis half (crate::analysis): optional, but inspect, intervene
     // and Python's `Run.model()` only reach a paper through it ---
@@ -236,6 +244,8 @@ pub trait Experiment: Sync + Send {
     fn default_config(&self) -> toml::Table;
     fn data_key(&self) -> Option<&'static str>;
     fn reproduce(&self) -> Vec<ReproduceItem>;
+    /// [`Paper::claims`] for a run's config table (none when it does not parse).
+    fn claims(&self, table: &toml::Table) -> &'static [Claim];
     /// Parses the resolved table into the typed config and validates it: the only
     /// place a config is parsed. `file` names the source in errors.
     fn prepare(&'static self, table: &toml::Table, file: &str) -> Result<Prepared, ConfigError>;
@@ -303,6 +313,9 @@ impl<P: Paper> Experiment for P {
     fn reproduce(&self) -> Vec<ReproduceItem> {
         Paper::reproduce(self)
     }
+    fn claims(&self, table: &toml::Table) -> &'static [Claim] {
+        config::typed::<P::Config>(table, "config").map_or(&[], |c| Paper::claims(self, &c))
+    }
     fn prepare(&'static self, table: &toml::Table, file: &str) -> Result<Prepared, ConfigError> {
         let cfg: P::Config = config::typed(table, file)?;
         // The section every training paper shares, then the paper's own checks.
@@ -349,42 +362,29 @@ impl<P: Paper> Experiment for P {
     }
 }
 
-/// One run of `mechlab reproduce`.
+/// One setting of `mechlab reproduce`: a preset, its overrides, and how many
+/// seeds its claims are judged over (the preset's seed and the ones after it).
 #[derive(Clone, Debug)]
 pub struct ReproduceItem {
     pub preset: &'static str,
     pub overrides: Vec<String>,
-    /// Claims of this run that are documented not to hold in our setting.
-    pub findings: Vec<KnownFinding>,
-}
-
-/// A paper's claim that does not hold in our setting, reported as a finding in
-/// the paper's doc, with the setting, the spread over seeds, and the evidence that
-/// it is about the paper and not about mechlab: the authors' algorithm (their
-/// code or a faithful port in `bench/`) failing the same way in the same setting,
-/// or the authors' published numbers. Its verdict still says FAIL, marked as known;
-/// `reproduce --check` fails only on other verdicts, so the check guards against
-/// regressions without hiding the finding or tuning the setting until it passes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KnownFinding {
-    /// The verdict's id ([`crate::run::summary::Verdict::id`]).
-    pub id: &'static str,
-    /// Where the finding and its evidence are written up (`docs/<paper>.md`).
-    pub doc: &'static str,
+    /// Seeds run by default (`reproduce --seeds N` sets every item's).
+    pub seeds: u32,
 }
 
 impl ReproduceItem {
+    /// One seed, the preset's own.
     pub fn new(preset: &'static str, overrides: &[&str]) -> Self {
         ReproduceItem {
             preset,
             overrides: overrides.iter().map(|s| s.to_string()).collect(),
-            findings: Vec::new(),
+            seeds: 1,
         }
     }
 
-    /// Marks the verdict `id` as a known finding written up in `doc`.
-    pub fn with_finding(mut self, id: &'static str, doc: &'static str) -> Self {
-        self.findings.push(KnownFinding { id, doc });
+    /// Runs `n` seeds: the preset's seed and the `n − 1` after it.
+    pub fn with_seeds(mut self, n: u32) -> Self {
+        self.seeds = n.max(1);
         self
     }
 }

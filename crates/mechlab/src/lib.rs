@@ -24,6 +24,7 @@
 
 pub mod analysis;
 pub mod bpe;
+pub mod claims;
 pub mod cli;
 pub mod commands;
 pub mod config;

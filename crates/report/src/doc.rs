@@ -32,6 +32,10 @@ pub struct Report {
     /// Key–value facts shown under the title (seed, commit, wall time, ...).
     #[serde(default)]
     pub meta: Vec<(String, String)>,
+    /// The line under the title; when absent, the count of verdicts that pass.
+    /// A report that judges claims over several runs says its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headline: Option<Headline>,
     #[serde(default)]
     pub sections: Vec<Section>,
 }
@@ -42,6 +46,18 @@ pub struct Section {
     pub title: String,
     #[serde(default)]
     pub blocks: Vec<Block>,
+    /// Shown closed (the HTML page's `<details>`), for detail below a summary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub folded: bool,
+}
+
+/// A report's headline: a badge and a sentence.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Headline {
+    /// Whether the badge shows as passed (green) or failed (red).
+    pub pass: bool,
+    pub badge: String,
+    pub text: String,
 }
 
 /// One piece of a section.
@@ -68,8 +84,9 @@ pub enum Block {
 /// what was measured, and whether the measurement bears the prediction out.
 /// Stored as `{"id", "claim", "prediction", "source", "measured", "pass"}` in
 /// `summary.json` (`id` and `source` are empty in files written before they
-/// existed).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+/// existed), with `value` and `threshold` where the claim is judged on one number
+/// and `known` where a failure is one the claim's rule allows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Verdict {
     /// A stable name (`attention-svm.w-direction`): what known findings, tests and
     /// users refer to, whatever the claim's wording becomes.
@@ -83,6 +100,19 @@ pub struct Verdict {
     pub source: String,
     pub measured: String,
     pub pass: bool,
+    /// The number the prediction judges (a mass, a correlation, a gap), so that
+    /// runs over several seeds give its spread; absent where the claim is not one
+    /// number or it could not be measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// The bar `value` is judged against, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+    /// A failure the claim's rule allows on some seeds: the authors' own code
+    /// fails it on some seeds in the same setting. Shown as "FAIL, known"; the
+    /// claim is judged by its rate over seeds (`mechlab reproduce`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub known: bool,
 }
 
 impl Verdict {
@@ -102,6 +132,21 @@ impl Verdict {
     pub fn with_source(mut self, source: &str) -> Self {
         self.source = source.to_string();
         self
+    }
+    /// Records the number the prediction judges and its bar (see
+    /// [`Verdict::value`]); a value that is not finite is left out.
+    pub fn scored(&mut self, value: f64, threshold: Option<f64>) -> &mut Self {
+        self.value = value.is_finite().then_some(value);
+        self.threshold = threshold.filter(|t| t.is_finite());
+        self
+    }
+    /// The badge word: PASS, "FAIL, known" or FAIL.
+    pub fn mark(&self) -> &'static str {
+        match (self.pass, self.known) {
+            (true, _) => "PASS",
+            (false, true) => "FAIL, known",
+            (false, false) => "FAIL",
+        }
     }
 }
 
@@ -172,7 +217,14 @@ impl Section {
         Section {
             title: title.to_string(),
             blocks: Vec::new(),
+            folded: false,
         }
+    }
+
+    /// Shows the section closed (see [`Section::folded`]).
+    pub fn fold(mut self) -> Self {
+        self.folded = true;
+        self
     }
 
     pub fn markdown(mut self, text: &str) -> Self {

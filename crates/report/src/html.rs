@@ -54,7 +54,15 @@ pub fn render_html(report: &Report, figures: &[Figure]) -> Result<String, Report
         out.push_str("</dl>\n");
     }
     let (passed, total) = report.verdict_counts();
-    if total > 0 {
+    if let Some(h) = &report.headline {
+        let class = if h.pass { "pass" } else { "fail" };
+        let _ = writeln!(
+            out,
+            "<p class=\"summary\"><span class=\"badge {class}\">{}</span> {}</p>",
+            esc(&h.badge),
+            inline(&h.text)
+        );
+    } else if total > 0 {
         let class = if passed == total { "pass" } else { "fail" };
         let _ = writeln!(
             out,
@@ -69,28 +77,41 @@ pub fn render_html(report: &Report, figures: &[Figure]) -> Result<String, Report
         .iter()
         .filter(|f| !mentioned.contains(&f.id.as_str()))
         .collect();
-    let mut sections: Vec<(&str, Vec<Block>)> = report
+    let mut sections: Vec<(&str, Vec<Block>, bool)> = report
         .sections
         .iter()
-        .map(|s| (s.title.as_str(), s.blocks.clone()))
+        .map(|s| (s.title.as_str(), s.blocks.clone(), s.folded))
         .collect();
     if !extra.is_empty() {
         let blocks = extra.iter().map(|f| Block::Figure(f.id.clone())).collect();
-        sections.push(("More figures", blocks));
+        sections.push(("More figures", blocks, false));
     }
 
-    if sections.len() >= 2 {
+    // Folded sections are detail under a summary: the contents lists the others.
+    let open = sections.iter().filter(|s| !s.2).count();
+    if open >= 2 {
         out.push_str("<nav class=\"toc\"><h2>Contents</h2>\n<ol>\n");
-        for (i, (name, _)) in sections.iter().enumerate() {
-            let _ = writeln!(out, "<li><a href=\"#s{}\">{}</a></li>", i + 1, esc(name));
+        for (i, (name, _, folded)) in sections.iter().enumerate() {
+            if !folded {
+                let _ = writeln!(out, "<li><a href=\"#s{}\">{}</a></li>", i + 1, esc(name));
+            }
         }
         out.push_str("</ol></nav>\n");
     }
 
     let mut fig_no = 0;
     let mut viewers = 0;
-    for (i, (name, blocks)) in sections.iter().enumerate() {
-        let _ = writeln!(out, "<section id=\"s{}\">\n<h2>{}</h2>", i + 1, esc(name));
+    for (i, (name, blocks, folded)) in sections.iter().enumerate() {
+        if *folded {
+            let _ = writeln!(
+                out,
+                "<section id=\"s{}\">\n<details>\n<summary><h2>{}</h2></summary>",
+                i + 1,
+                esc(name)
+            );
+        } else {
+            let _ = writeln!(out, "<section id=\"s{}\">\n<h2>{}</h2>", i + 1, esc(name));
+        }
         for block in blocks {
             match block {
                 Block::Markdown(text) => out.push_str(&markdown(text)),
@@ -105,6 +126,9 @@ pub fn render_html(report: &Report, figures: &[Figure]) -> Result<String, Report
                     viewers += usize::from(figure(&mut out, id, fig, fig_no));
                 }
             }
+        }
+        if *folded {
+            out.push_str("</details>\n");
         }
         out.push_str("</section>\n");
     }
@@ -180,11 +204,12 @@ fn verdicts(out: &mut String, vs: &[Verdict]) {
          <th>Prediction</th><th>Measured</th><th>Verdict</th></tr></thead>\n<tbody>\n",
     );
     for v in vs {
-        let (class, word) = if v.pass {
-            ("pass", "PASS")
-        } else {
-            ("fail", "FAIL")
+        let class = match (v.pass, v.known) {
+            (true, _) => "pass",
+            (false, true) => "known",
+            (false, false) => "fail",
         };
+        let word = v.mark();
         let id = if v.id.is_empty() {
             String::new()
         } else {
@@ -442,6 +467,9 @@ table.verdicts td:last-child, table.verdicts th:last-child { text-align: center;
   font-size: .8rem; letter-spacing: .04em; text-align: center; border: 1px solid currentColor; }
 .badge.pass { color: var(--pass); background: var(--pass-bg); }
 .badge.fail { color: var(--fail); background: var(--fail-bg); }
+.badge.known { color: #7a4d00; background: #fff3d6; }
+details > summary { cursor: pointer; }
+details > summary h2 { display: inline; }
 figure { margin: 1.5rem 0 2rem; }
 .plot { border: 1px solid var(--line); border-radius: 6px; padding: .5rem; background: #fff; }
 .plot svg { display: block; width: 100%; height: auto; margin: 0 auto; }

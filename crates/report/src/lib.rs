@@ -28,7 +28,7 @@ pub mod render;
 pub mod spec;
 mod viewer;
 
-pub use doc::{Block, Measurement, Report, Section, Verdict};
+pub use doc::{Block, Headline, Measurement, Report, Section, Verdict};
 pub use html::{render_html, render_viewer_fragment};
 pub use markdown::{render_markdown, render_markdown_with};
 pub use render::{render_png, render_svg};

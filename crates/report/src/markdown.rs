@@ -42,7 +42,10 @@ pub fn render_markdown_with(report: &Report, figures: &[Figure], figure_dir_rel:
         out.push('\n');
     }
     let (passed, total) = report.verdict_counts();
-    if total > 0 {
+    if let Some(h) = &report.headline {
+        let mark = if h.pass { "✅" } else { "❌" };
+        let _ = writeln!(out, "{mark} **{}** {}\n", one_line(&h.badge), h.text.trim());
+    } else if total > 0 {
         let mark = if passed == total { "✅" } else { "❌" };
         let _ = writeln!(
             out,
@@ -116,7 +119,11 @@ fn table(out: &mut String, headers: &[String], rows: &[Vec<String>]) {
 fn verdicts(out: &mut String, vs: &[Verdict]) {
     out.push_str("| Verdict | Claim | Prediction | Measured |\n| --- | --- | --- | --- |\n");
     for v in vs {
-        let mark = if v.pass { "✅ PASS" } else { "❌ FAIL" };
+        let mark = match (v.pass, v.known) {
+            (true, _) => "✅ PASS",
+            (false, true) => "⚠️ FAIL, known",
+            (false, false) => "❌ FAIL",
+        };
         let id = if v.id.is_empty() {
             String::new()
         } else {

@@ -3,6 +3,7 @@
 //! [`super`].
 
 use super::SlurmArgs;
+use crate::claims::Status;
 use crate::commands::{self, cluster, slurm, sweep};
 use crate::experiment::Registry;
 use anyhow::{bail, Context, Result};
@@ -47,7 +48,7 @@ pub(super) fn run_source(
     let seed = resolved.prepared.seed();
     let dir = commands::run_dir(out.as_deref(), &resolved.label, seed);
     let summary = commands::run(reg, &resolved, &dir, command, quiet)?;
-    print_verdicts(&summary);
+    print_verdicts(reg, &dir, &summary);
     println!("report: {}", dir.join("report.html").display());
     Ok(0)
 }
@@ -167,39 +168,86 @@ pub(super) fn sweep_merge(sweep: &Path) -> Result<i32> {
     Ok(0)
 }
 
-/// `mechlab reproduce`: every verdict, known findings marked; `--check` exits 2
-/// when a claim fails that is not a known finding.
+/// `mechlab reproduce`: one line per claim, judged over its seeds by its rule;
+/// `--check` exits 2 when a claim fails its rule or a run fails.
 pub(super) fn reproduce(
     reg: &Registry,
     papers: &[String],
     check: bool,
     out: &Path,
-    command: &str,
-    quiet: bool,
-    jobs: usize,
+    opts: &commands::reproduce::Options,
 ) -> Result<i32> {
-    let outcomes = commands::reproduce::reproduce(reg, papers, out, quiet, command, jobs)?;
-    let mut all_pass = true;
-    for o in &outcomes {
-        all_pass &= o.passed();
-        match &o.result {
-            Ok(s) => {
-                println!("== {} ({:.1} s)", o.name, o.seconds);
-                for v in o.verdicts() {
-                    let mark = match (v.pass, o.known(&v).is_some()) {
-                        (true, _) => "pass",
-                        (false, true) => "FAIL, known",
-                        (false, false) => "FAIL",
-                    };
-                    print_verdict(mark, &v);
-                }
-                print_measurements(s);
-            }
-            Err(e) => println!("== {} ({:.1} s): error: {e}", o.name, o.seconds),
+    let r = commands::reproduce::reproduce(reg, papers, out, opts)?;
+    for o in &r.outcomes {
+        if let Err(e) = &o.result {
+            println!("== {} ({:.1} s): error: {e}", o.name, o.seconds);
         }
     }
-    println!("report: {}", out.join("report.html").display());
-    Ok(if check && !all_pass { 2 } else { 0 })
+    let mut setting = "";
+    for j in &r.claims {
+        if j.setting != setting {
+            setting = &j.setting;
+            let runs: Vec<&commands::reproduce::Outcome> =
+                r.outcomes.iter().filter(|o| o.setting == setting).collect();
+            let secs: f64 = runs.iter().map(|o| o.seconds).sum();
+            println!(
+                "== {setting} ({}, {} seeds, {secs:.1} s)",
+                j.paper,
+                runs.len()
+            );
+        }
+        println!("  {}", claim_line(j));
+    }
+    // The measurements (no prediction to judge) of each setting's first seed.
+    for o in r.outcomes.iter().filter(|o| o.name == o.setting) {
+        if let Ok(s) = &o.result {
+            if !s.measurements.is_empty() {
+                println!("== {} (measurements, seed {})", o.name, o.seed);
+                print_measurements(s);
+            }
+        }
+    }
+    let count = |st: Status| r.claims.iter().filter(|j| j.status == st).count();
+    println!(
+        "{} of {} claims pass their rule over seeds ({} of them findings the authors' code \
+         shares), {} failed; report: {}",
+        count(Status::Held) + count(Status::Finding),
+        r.claims.len(),
+        count(Status::Finding),
+        count(Status::Failed),
+        out.join("report.html").display()
+    );
+    Ok(if check && !r.passed() { 2 } else { 0 })
+}
+
+/// `[held 5/5] id: claim — every seed; 0.97 [0.95, 0.99]`, or the reason it failed.
+fn claim_line(j: &crate::claims::Judgement) -> String {
+    let spread = j
+        .spread
+        .map(|[m, lo, hi]| {
+            format!(
+                "; median {} [{}, {}]",
+                crate::claims::short(m),
+                crate::claims::short(lo),
+                crate::claims::short(hi)
+            )
+        })
+        .unwrap_or_default();
+    match j.status {
+        Status::Held => format!(
+            "[held {}/{}] {}: {} — by rule: {}{spread}",
+            j.passed, j.seeds, j.id, j.claim, j.rule
+        ),
+        st => format!(
+            "[{} {}/{}] {}: {} — {}{spread}",
+            st.word(),
+            j.passed,
+            j.seeds,
+            j.id,
+            j.claim,
+            j.reason
+        ),
+    }
 }
 
 /// `mechlab sweep --slurm`: plan, write the scripts, submit (unless --dry-run).
@@ -250,9 +298,25 @@ pub(super) fn submit_sweep(
     Ok(0)
 }
 
-pub(super) fn print_verdicts(s: &crate::run::summary::Summary) {
-    for v in &s.verdicts {
-        print_verdict(if v.pass { "pass" } else { "FAIL" }, v);
+/// A run's verdicts, a failure its claim's rule allows marked as `FAIL, known`
+/// with the rule (as `reproduce` and the run's report mark it).
+pub(super) fn print_verdicts(reg: &Registry, dir: &Path, s: &crate::run::summary::Summary) {
+    let rules = commands::report::claim_rules(reg, dir);
+    let mut vs = s.verdicts.clone();
+    crate::claims::annotate(rules, &mut vs);
+    for v in &vs {
+        let mark = match v.mark() {
+            "PASS" => "pass",
+            m => m,
+        };
+        print_verdict(mark, v);
+        if v.known {
+            let c = crate::claims::claim_for(rules, &v.id);
+            println!(
+                "      a failure the claim allows on some seeds: judged over seeds, {}",
+                c.rule_text()
+            );
+        }
     }
     print_measurements(s);
 }

@@ -209,12 +209,16 @@ enum Cmd {
         /// Papers to run: induction, markov-icl, selection, topic, attention-svm,
         /// lm-induction, birth (default: all).
         papers: Vec<String>,
-        /// Exit non-zero when a verdict fails.
+        /// Exit non-zero when a claim fails its rule over its seeds (or a run fails).
         #[arg(long)]
         check: bool,
         /// The combined report's folder (each run in a subfolder).
         #[arg(long, default_value = "runs/reproduce")]
         out: PathBuf,
+        /// Seeds per setting (default: each setting's own, 1 to 5): the preset's
+        /// seed and the ones after it. Each claim is judged over them by its rule.
+        #[arg(long)]
+        seeds: Option<u32>,
         /// Runs at a time, sharing the cores (default: 2, or 1 on one core); the
         /// results do not depend on it.
         #[arg(long)]
@@ -381,7 +385,7 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
         } => handlers::run_source(reg, &source, set, seed, out, data, command, quiet),
         Cmd::Resume { run } => {
             let summary = commands::resume(reg, &run, quiet)?;
-            handlers::print_verdicts(&summary);
+            handlers::print_verdicts(reg, &run, &summary);
             println!("report: {}", run.join("report.html").display());
             Ok(0)
         }
@@ -529,12 +533,21 @@ fn dispatch(reg: &Registry, cmd: Cmd, command: &str, quiet: bool) -> Result<i32>
             check,
             out,
             jobs,
+            seeds,
         } => {
             if jobs == Some(0) {
                 bail!("reproduce --jobs 0: expected at least 1 run at a time");
             }
-            let jobs = jobs.unwrap_or_else(commands::reproduce::default_jobs);
-            handlers::reproduce(reg, &papers, check, &out, command, quiet, jobs)
+            if seeds == Some(0) {
+                bail!("reproduce --seeds 0: expected at least 1 seed per setting");
+            }
+            let opts = commands::reproduce::Options {
+                quiet,
+                command: command.to_string(),
+                jobs: jobs.unwrap_or_else(commands::reproduce::default_jobs),
+                seeds,
+            };
+            handlers::reproduce(reg, &papers, check, &out, &opts)
         }
     }
 }

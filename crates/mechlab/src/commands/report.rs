@@ -16,6 +16,22 @@ fn report_err(path: &Path) -> impl FnOnce(mechlab_report::ReportError) -> RunErr
     }
 }
 
+/// The rules a run's claims are judged by: its paper's, in the run's setting
+/// (its `config.toml`); none when the folder or its paper is not known.
+pub fn claim_rules(reg: &Registry, dir: &Path) -> &'static [crate::claims::Claim] {
+    let Some(table) = std::fs::read_to_string(dir.join("config.toml"))
+        .ok()
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+    else {
+        return &[];
+    };
+    table
+        .get("experiment")
+        .and_then(|e| e.as_str())
+        .and_then(|e| reg.find(e))
+        .map_or(&[], |e| e.claims(&table))
+}
+
 /// The run's report document (also used by the combined reproduce report).
 pub fn document(
     reg: &Registry,
@@ -74,18 +90,26 @@ pub fn document(
         meta.push(("command".into(), command));
     }
     let passed = summary.verdicts.iter().filter(|v| v.pass).count();
+    // A failure the claim's rule allows (the authors' code fails it on some seeds
+    // too) is marked as `reproduce` marks it.
+    let rules = claim_rules(reg, dir);
+    let mut verdicts = summary.verdicts.clone();
+    crate::claims::annotate(rules, &mut verdicts);
     let mut sections = vec![Section {
         title: format!("Verdicts ({passed}/{} pass)", summary.verdicts.len()),
-        blocks: vec![Block::Verdicts(summary.verdicts.clone())],
+        blocks: vec![Block::Verdicts(verdicts)],
+        folded: false,
     }];
     if !summary.measurements.is_empty() {
         sections.push(Section {
+            folded: false,
             title: "Measurements (no prediction to judge them by)".into(),
             blocks: vec![measurements_table(&summary.measurements)],
         });
     }
     if let Ok(notes) = std::fs::read_to_string(dir.join("notes.md")) {
         sections.push(Section {
+            folded: false,
             title: "Notes".into(),
             blocks: vec![Block::Markdown(notes)],
         });
@@ -99,6 +123,7 @@ pub fn document(
     }
     if !figures.is_empty() {
         sections.push(Section {
+            folded: false,
             title: "Figures".into(),
             blocks: figures
                 .iter()
@@ -111,6 +136,7 @@ pub fn document(
         figures.extend(patch_figures);
     }
     sections.push(Section {
+        folded: false,
         title: "Metrics".into(),
         blocks: vec![Block::Table {
             headers: vec!["metric".into(), "value".into()],
@@ -122,6 +148,7 @@ pub fn document(
         }],
     });
     sections.push(Section {
+        folded: false,
         title: "Config".into(),
         blocks: vec![Block::Code(config_text)],
     });
@@ -132,6 +159,7 @@ pub fn document(
     };
     Ok((
         Report {
+            headline: None,
             title,
             meta,
             sections,

@@ -1,77 +1,102 @@
 //! `mechlab reproduce [<paper>...]`: every registered paper experiment at its
-//! default scale, and one combined report with the verdict table.
+//! default scale, over its seeds, and one combined report that judges each claim
+//! by its rule.
 //!
-//! Each experiment's reproduce presets run into `<out>/<preset>/` (a full run
-//! folder each); `<out>/report.html`, `report.md` and `summary.json` gather every
-//! verdict (claim, theory's prediction, measured, pass), how long each run took, and
-//! each run's figures.
+//! Each reproduce item is a setting (a preset and its overrides) run on
+//! [`ReproduceItem::seeds`] seeds, each into its own run folder: `<out>/<setting>/`
+//! for the preset's seed and `<out>/<setting>+seed=<s>/` for the others. Every
+//! claim of a setting is then judged over its seeds ([`crate::claims`]); the
+//! combined `report.html`, `report.md` and `summary.json` open with the claims
+//! per paper (what held, what failed and why, the findings with their evidence),
+//! then one row per claim with its rate, rule and per-seed values, and keep each
+//! run's verdicts and figures folded below.
 
 use super::{report, resolve, run};
+use crate::claims::{self, Judgement, Status};
 use crate::config::ConfigError;
-use crate::experiment::{ExperimentError, KnownFinding, Registry, ReproduceItem};
+use crate::experiment::{ExperimentError, Registry, ReproduceItem};
 use crate::run::progress::Progress;
 use crate::run::summary::Summary;
 use crate::run::{atomic, io_err, RunError};
-use mechlab_report::{Block, Report, Section, Verdict};
+use mechlab_report::{Block, Headline, Report, Section, Verdict};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// One finished reproduce run.
+/// One finished reproduce run (one seed of one setting).
 pub struct Outcome {
     pub paper: String,
-    /// The run's name: its preset, plus the overridden keys when a preset runs twice.
+    /// The run's folder name: its setting, plus `+seed=<s>` past the first seed.
     pub name: String,
+    /// The setting: the preset, plus the overridden keys when a preset runs twice.
+    pub setting: String,
+    pub seed: u64,
     pub dir: PathBuf,
     pub seconds: f64,
     pub result: Result<Summary, String>,
-    /// The run's claims documented not to hold (see [`KnownFinding`]).
-    pub findings: Vec<KnownFinding>,
+}
+
+/// Every run and every claim judged over its seeds.
+pub struct Reproduction {
+    pub outcomes: Vec<Outcome>,
+    pub claims: Vec<Judgement>,
+}
+
+impl Reproduction {
+    /// Whether every run finished and no claim failed its rule (findings pass).
+    pub fn passed(&self) -> bool {
+        self.outcomes.iter().all(|o| o.result.is_ok())
+            && self.claims.iter().all(|j| j.status != Status::Failed)
+    }
 }
 
 impl Outcome {
-    /// Whether the run finished and every verdict passed or is a known finding.
-    pub fn passed(&self) -> bool {
-        self.result
-            .as_ref()
-            .is_ok_and(|s| s.verdicts.iter().all(|v| v.pass || self.known(v).is_some()))
-    }
-
-    /// The known finding `v` belongs to, if it fails as documented.
-    pub fn known(&self, v: &Verdict) -> Option<&KnownFinding> {
-        self.findings.iter().find(|f| !v.pass && v.id == f.id)
-    }
-
-    /// The run's verdicts, a known finding's measurement marked as such.
-    pub fn verdicts(&self) -> Vec<Verdict> {
+    /// The run's verdicts, the failures its claims' rules allow marked as known.
+    pub fn verdicts(&self, reg: &Registry) -> Vec<Verdict> {
         let Ok(s) = &self.result else {
             return Vec::new();
         };
-        s.verdicts
-            .iter()
-            .map(|v| match self.known(v) {
-                Some(f) => Verdict {
-                    measured: format!("{} (known finding: see {})", v.measured, f.doc),
-                    ..v.clone()
-                },
-                None => v.clone(),
-            })
-            .collect()
+        let mut v = s.verdicts.clone();
+        claims::annotate(report::claim_rules(reg, &self.dir), &mut v);
+        v
     }
 }
 
 /// Runs the reproduce presets of `papers` (all when empty) into `out`, `jobs` runs
-/// at a time (see [`reproduce_with_progress`]).
+/// at a time, each setting on its default seeds or on `seeds` (see
+/// [`reproduce_with_progress`]).
 pub fn reproduce(
     reg: &Registry,
     papers: &[String],
     out: &Path,
-    quiet: bool,
-    command: &str,
-    jobs: usize,
-) -> Result<Vec<Outcome>, ExperimentError> {
-    reproduce_with_progress(reg, papers, out, quiet, command, jobs, None)
+    opts: &Options,
+) -> Result<Reproduction, ExperimentError> {
+    reproduce_with_progress(reg, papers, out, opts, None)
+}
+
+/// How `reproduce` runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// No bars, spinners or per-run lines.
+    pub quiet: bool,
+    /// The command line, recorded in each run's folder.
+    pub command: String,
+    /// Runs at a time (see [`default_jobs`]).
+    pub jobs: usize,
+    /// Seeds per setting, instead of each setting's own number.
+    pub seeds: Option<u32>,
+}
+
+impl Options {
+    pub fn new(command: &str) -> Self {
+        Options {
+            quiet: false,
+            command: command.to_string(),
+            jobs: default_jobs(),
+            seeds: None,
+        }
+    }
 }
 
 /// How many reproduce runs go at once by default: two where there are two cores
@@ -80,6 +105,15 @@ pub fn reproduce(
 /// pool, so no more threads compute than there are cores.
 pub fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
+/// One planned run.
+struct Planned {
+    paper: &'static str,
+    setting: String,
+    name: String,
+    seed: Option<u64>,
+    item: ReproduceItem,
 }
 
 /// [`reproduce`], counting finished runs into `progress`.
@@ -95,11 +129,9 @@ pub fn reproduce_with_progress(
     reg: &Registry,
     papers: &[String],
     out: &Path,
-    quiet: bool,
-    command: &str,
-    jobs: usize,
+    opts: &Options,
     progress: Option<&Progress>,
-) -> Result<Vec<Outcome>, ExperimentError> {
+) -> Result<Reproduction, ExperimentError> {
     let all = reg.all();
     for p in papers {
         if !all.iter().any(|e| e.name() == p) {
@@ -110,7 +142,14 @@ pub fn reproduce_with_progress(
             }));
         }
     }
-    // Every run, planned in the registry's order before any starts.
+    if opts.seeds == Some(0) {
+        return Err(ExperimentError::Config(ConfigError::Invalid {
+            file: "reproduce".into(),
+            message: "--seeds 0: expected at least 1 seed per setting".into(),
+        }));
+    }
+    // Every run, planned in the registry's order before any starts: each
+    // setting's seeds one after another, the preset's own seed first.
     let mut plan = Vec::new();
     for exp in all
         .iter()
@@ -118,33 +157,58 @@ pub fn reproduce_with_progress(
     {
         let items = exp.reproduce();
         for item in &items {
-            plan.push((exp.name(), run_name(item, &items), item.clone()));
+            let setting = run_name(item, &items);
+            // A preset that does not resolve fails as its one run, with the error.
+            let base = resolve(reg, item.preset, &item.overrides, None)
+                .map(|r| r.prepared.seed())
+                .ok();
+            let n = opts.seeds.unwrap_or(item.seeds);
+            for i in 0..n as u64 {
+                let seed = base.map(|b| b + i);
+                let name = match seed {
+                    Some(s) if i > 0 => format!("{setting}+seed={s}"),
+                    _ => setting.clone(),
+                };
+                plan.push(Planned {
+                    paper: exp.name(),
+                    setting: setting.clone(),
+                    name,
+                    seed,
+                    item: item.clone(),
+                });
+                if base.is_none() {
+                    break;
+                }
+            }
         }
     }
     if let Some(p) = progress {
         p.set_total(plan.len() as u64);
     }
-    let jobs = jobs.clamp(1, plan.len().max(1));
+    let jobs = opts.jobs.clamp(1, plan.len().max(1));
     // Side by side, the runs' own bars and spinners would draw over each other:
     // they stay quiet, and a line says when each run starts and ends.
+    let quiet = opts.quiet;
     let run_quiet = quiet || jobs > 1;
     let (next, finished) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let done: Mutex<Vec<Option<Outcome>>> = Mutex::new((0..plan.len()).map(|_| None).collect());
-    let work = || loop {
+    let work_loop = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some((paper, name, item)) = plan.get(i) else {
+        let Some(pl) = plan.get(i) else {
             return;
         };
+        let name = &pl.name;
         let dir = out.join(name);
         // This folder is ours (a previous reproduce): start it afresh.
         let _ = std::fs::remove_dir_all(&dir);
         if !quiet {
-            eprintln!("reproduce: {name} ({paper})");
+            eprintln!("reproduce: {name} ({})", pl.paper);
         }
         let t0 = Instant::now();
-        let result = resolve(reg, item.preset, &item.overrides, None)
+        let seed = pl.seed.filter(|_| pl.name != pl.setting);
+        let result = resolve(reg, pl.item.preset, &pl.item.overrides, seed)
             .map_err(ExperimentError::from)
-            .and_then(|r| run(reg, &r, &dir, command, run_quiet))
+            .and_then(|r| run(reg, &r, &dir, &opts.command, run_quiet))
             .map_err(|e| e.to_string());
         let seconds = t0.elapsed().as_secs_f64();
         let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
@@ -156,16 +220,36 @@ pub fn reproduce_with_progress(
             );
         }
         let outcome = Outcome {
-            paper: paper.to_string(),
+            paper: pl.paper.to_string(),
             name: name.clone(),
+            setting: pl.setting.clone(),
+            seed: pl.seed.unwrap_or(0),
             dir,
             seconds,
             result,
-            findings: item.findings.clone(),
         };
         done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(outcome);
         if let Some(p) = progress {
             p.inc();
+        }
+    };
+    // Each of several runs side by side gets its own pool, as many threads as
+    // cores, and the system shares the cores between them. In one shared pool a
+    // short run's join waits while its thread steals and finishes a long run's
+    // task: topic-value's 1.2 s alone took 14–17 s beside markov-icl-s3 that way.
+    let threads = rayon::current_num_threads();
+    let work = || {
+        let pool = (jobs > 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .ok()
+            })
+            .flatten();
+        match &pool {
+            Some(p) => p.install(work_loop),
+            None => work_loop(),
         }
     };
     let t0 = Instant::now();
@@ -182,8 +266,47 @@ pub fn reproduce_with_progress(
         .into_iter()
         .flatten()
         .collect();
-    write_combined(reg, out, &outcomes, wall, jobs)?;
-    Ok(outcomes)
+    let claims = judge_all(reg, &outcomes);
+    let r = Reproduction { outcomes, claims };
+    write_combined(reg, out, &r, wall, jobs)?;
+    Ok(r)
+}
+
+/// Every setting's claims judged over its seeds, in the runs' order; a seed whose
+/// run failed fails the setting's `run.completes`.
+fn judge_all(reg: &Registry, outcomes: &[Outcome]) -> Vec<Judgement> {
+    let mut settings: Vec<(&str, &str)> = Vec::new();
+    for o in outcomes {
+        if !settings.contains(&(o.paper.as_str(), o.setting.as_str())) {
+            settings.push((&o.paper, &o.setting));
+        }
+    }
+    let mut out = Vec::new();
+    for (paper, setting) in settings {
+        let runs: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| o.paper == paper && o.setting == setting)
+            .collect();
+        let mut seeds: Vec<(u64, Verdict)> = Vec::new();
+        for o in &runs {
+            match &o.result {
+                Ok(s) => seeds.extend(s.verdicts.iter().map(|v| (o.seed, v.clone()))),
+                Err(e) => seeds.push((
+                    o.seed,
+                    Verdict::new("the run completes", "no error", e, false)
+                        .with_id("run.completes")
+                        .with_source("mechlab"),
+                )),
+            }
+        }
+        // Every seed of a setting shares its config but for the seed.
+        let rules = runs
+            .iter()
+            .find(|o| o.result.is_ok())
+            .map_or(&[][..], |o| report::claim_rules(reg, &o.dir));
+        out.extend(claims::judge(paper, setting, rules, &seeds));
+    }
+    out
 }
 
 /// A reproduce run's folder name: its preset, plus the keys it overrides when the
@@ -229,78 +352,134 @@ fn run_name(item: &ReproduceItem, all: &[ReproduceItem]) -> String {
 fn write_combined(
     reg: &Registry,
     out: &Path,
-    outcomes: &[Outcome],
+    r: &Reproduction,
     total: f64,
     jobs: usize,
 ) -> Result<(), RunError> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let mut verdict_blocks = Vec::new();
+    let (outcomes, judged) = (&r.outcomes, &r.claims);
+    let count = |st: Status| judged.iter().filter(|j| j.status == st).count();
+    let (held, findings, failed) = (
+        count(Status::Held),
+        count(Status::Finding),
+        count(Status::Failed),
+    );
+    let settings = {
+        let mut v: Vec<&str> = outcomes.iter().map(|o| o.setting.as_str()).collect();
+        v.dedup();
+        v.len()
+    };
+    let headline = Headline {
+        pass: failed == 0,
+        badge: if failed == 0 {
+            format!("{} / {} claims", held + findings, judged.len())
+        } else {
+            format!("{failed} FAILED")
+        },
+        text: format!(
+            "{} of {} claims pass their rule over seeds ({findings} of them {}: failing on \
+             some seeds as the authors' code does), {failed} failed; {} runs over {settings} \
+             settings.",
+            held + findings,
+            judged.len(),
+            if findings == 1 {
+                "a finding"
+            } else {
+                "findings"
+            },
+            outcomes.len(),
+        ),
+    };
+    let mut sections = vec![
+        Section::new("Claims by paper").table(
+            [
+                "paper",
+                "held",
+                "failed, and why",
+                "findings, with their evidence",
+            ]
+            .map(String::from)
+            .to_vec(),
+            paper_rows(judged),
+        ),
+        Section::new("Every claim over its seeds")
+            .markdown(
+                "One row per claim and setting: how many seeds it held on, the rule it is \
+                 judged by, and each seed's value in seed order (a star marks a seed where \
+                 it failed) with the bar.",
+            )
+            .table(
+                [
+                    "claim",
+                    "setting",
+                    "held",
+                    "rule",
+                    "per seed",
+                    "median [range]",
+                    "status",
+                ]
+                .map(String::from)
+                .to_vec(),
+                judged.iter().map(claim_row).collect(),
+            ),
+    ];
     let mut runs_rows = Vec::new();
+    let mut verdict_blocks = Vec::new();
     let mut json_runs = Vec::new();
     for o in outcomes {
         let (status, n_pass, n) = match &o.result {
             Ok(s) => {
                 verdict_blocks.push(Block::Markdown(format!("**{}** ({})", o.name, o.paper)));
-                verdict_blocks.push(Block::Verdicts(o.verdicts()));
+                verdict_blocks.push(Block::Verdicts(o.verdicts(reg)));
                 if !s.measurements.is_empty() {
                     verdict_blocks.push(report::measurements_table(&s.measurements));
                 }
                 let np = s.verdicts.iter().filter(|v| v.pass).count();
-                let nk = s.verdicts.iter().filter(|v| o.known(v).is_some()).count();
-                let status = match nk {
-                    0 => "ok".to_string(),
-                    1 => "ok, 1 known finding".to_string(),
-                    k => format!("ok, {k} known findings"),
-                };
-                (status, np, s.verdicts.len())
+                ("ok".to_string(), np, s.verdicts.len())
             }
             Err(e) => {
-                verdict_blocks.push(Block::Markdown(format!("**{}** ({})", o.name, o.paper)));
-                verdict_blocks.push(Block::Verdicts(vec![Verdict::new(
-                    "the run completes",
-                    "no error",
-                    e,
-                    false,
-                )
-                .with_id("run.completes")
-                .with_source("mechlab")]));
+                verdict_blocks.push(Block::Markdown(format!(
+                    "**{}** ({}): error: {e}",
+                    o.name, o.paper
+                )));
                 (format!("error: {e}"), 0, 1)
             }
         };
         runs_rows.push(vec![
             o.paper.clone(),
             format!("[{0}]({0}/report.html)", o.name),
+            o.seed.to_string(),
             format!("{:.1} s", o.seconds),
             format!("{n_pass}/{n}"),
             status.clone(),
         ]);
         json_runs.push(serde_json::json!({
-            "paper": o.paper, "preset": o.name, "seconds": o.seconds, "status": status,
-            "summary": o.result.as_ref().ok(),
+            "paper": o.paper, "preset": o.name, "setting": o.setting, "seed": o.seed,
+            "seconds": o.seconds, "status": status, "summary": o.result.as_ref().ok(),
         }));
     }
-    let passed = outcomes.iter().filter(|o| o.passed()).count();
-    let mut sections = vec![
-        Section {
-            title: format!(
-                "Verdicts ({passed}/{} runs pass every claim but known findings)",
-                outcomes.len()
-            ),
-            blocks: verdict_blocks,
-        },
-        Section {
-            title: format!("Runs ({total:.1} s in total)"),
-            blocks: vec![Block::Table {
-                headers: ["paper", "run", "time", "verdicts", "status"]
+    sections.push(
+        Section::new(&format!("Runs ({total:.1} s in total)"))
+            .table(
+                ["paper", "run", "seed", "time", "verdicts", "status"]
                     .map(String::from)
                     .to_vec(),
-                rows: runs_rows,
-            }],
-        },
-    ];
-    // Each run's figures, under the run's own heading, ids prefixed by the run.
+                runs_rows,
+            )
+            .fold(),
+    );
+    sections.push(Section {
+        title: "Each run's verdicts".into(),
+        blocks: verdict_blocks,
+        folded: true,
+    });
+    // Each setting's first seed's figures, under the run's own heading, ids
+    // prefixed by the run; the other seeds' are in their own reports.
     let mut figures = Vec::new();
-    for o in outcomes.iter().filter(|o| o.result.is_ok()) {
+    for o in outcomes
+        .iter()
+        .filter(|o| o.result.is_ok() && o.name == o.setting)
+    {
         if let Ok((_, figs)) = report::document(reg, &o.dir) {
             let mut blocks = Vec::new();
             for mut f in figs {
@@ -316,8 +495,9 @@ fn write_combined(
                 figures.push(f);
             }
             sections.push(Section {
-                title: format!("{} ({})", o.name, o.paper),
+                title: format!("Figures: {} ({})", o.name, o.paper),
                 blocks,
+                folded: true,
             });
         }
     }
@@ -328,11 +508,16 @@ fn write_combined(
             ("total time".into(), format!("{total:.1} s")),
             ("runs at a time".into(), jobs.to_string()),
         ],
+        headline: Some(headline),
         sections,
     };
     report::write_report(out, &report, &figures, ".")?;
     let p = out.join("summary.json");
-    let json = serde_json::json!({ "total_seconds": total, "jobs": jobs, "runs": json_runs });
+    let json = serde_json::json!({
+        "total_seconds": total, "jobs": jobs,
+        "claims_held": held, "claims_findings": findings, "claims_failed": failed,
+        "claims": judged, "runs": json_runs,
+    });
     atomic::write(
         &p,
         serde_json::to_string_pretty(&json)
@@ -340,6 +525,70 @@ fn write_combined(
             .as_bytes(),
     )
     .map_err(io_err(&p))
+}
+
+/// One row per paper: its claims held, failed (each with its reason) and findings
+/// (each with the authors' rate beside ours and where it is written up).
+fn paper_rows(judged: &[Judgement]) -> Vec<Vec<String>> {
+    let mut papers: Vec<&str> = judged.iter().map(|j| j.paper.as_str()).collect();
+    papers.dedup();
+    papers
+        .into_iter()
+        .map(|p| {
+            let mine: Vec<&Judgement> = judged.iter().filter(|j| j.paper == p).collect();
+            let list = |st: Status| -> String {
+                let v: Vec<String> = mine
+                    .iter()
+                    .filter(|j| j.status == st)
+                    .map(|j| {
+                        let doc = if j.doc.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {}", j.doc)
+                        };
+                        format!("`{}` ({}): {}{doc}", j.id, j.setting, j.reason)
+                    })
+                    .collect();
+                if v.is_empty() {
+                    "none".into()
+                } else {
+                    v.join("; ")
+                }
+            };
+            let held = mine.iter().filter(|j| j.status == Status::Held).count();
+            vec![
+                p.to_string(),
+                format!("{held} of {}", mine.len()),
+                list(Status::Failed),
+                list(Status::Finding),
+            ]
+        })
+        .collect()
+}
+
+fn claim_row(j: &Judgement) -> Vec<String> {
+    let spread = j
+        .spread
+        .map(|[m, lo, hi]| format!("{} [{}, {}]", num(m), num(lo), num(hi)))
+        .unwrap_or_default();
+    let status = match j.status {
+        Status::Held => "held".to_string(),
+        Status::Finding => "**finding**".to_string(),
+        Status::Failed => format!("**FAILED**: {}", j.reason),
+    };
+    vec![
+        format!("`{}`", j.id),
+        j.setting.clone(),
+        format!("{}/{}", j.passed, j.seeds),
+        j.rule.clone(),
+        j.strip(),
+        spread,
+        status,
+    ]
+}
+
+fn num(x: f64) -> String {
+    crate::claims::short(x)
 }
 
 #[cfg(test)]

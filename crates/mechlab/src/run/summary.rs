@@ -19,8 +19,10 @@
 //!     "Theorem 1 of the paper",
 //!     0.97,
 //!     0.97 > 0.9,
-//! );
+//! )
+//! .scored(0.97, Some(0.9));
 //! assert!(s.all_pass());
+//! assert_eq!(s.verdicts[0].value, Some(0.97));
 //! assert!(serde_json::to_string(&s).unwrap().contains("\"source\""));
 //! ```
 
@@ -56,7 +58,8 @@ impl Summary {
     }
 
     /// Records a claim under its stable `id`, the theory's prediction and where it
-    /// comes from (`source`), what was measured, and whether it held.
+    /// comes from (`source`), what was measured, and whether it held. The number
+    /// it is judged on, and the bar, follow with [`Verdict::scored`].
     pub fn verdict(
         &mut self,
         id: &str,
@@ -65,7 +68,7 @@ impl Summary {
         source: &str,
         measured: impl std::fmt::Display,
         pass: bool,
-    ) {
+    ) -> &mut Verdict {
         assert!(
             !id.is_empty() && !source.is_empty(),
             "verdict `{claim}`: every verdict needs an id and the source of its prediction"
@@ -77,7 +80,9 @@ impl Summary {
             source: source.to_string(),
             measured: measured.to_string(),
             pass,
+            ..Verdict::default()
         });
+        self.verdicts.last_mut().expect("just pushed")
     }
 
     /// Records a number reported without a prediction (see [`Measurement`]).

@@ -224,10 +224,10 @@ fn quoted_numbers(page: &str, text: &str, v: &serde_json::Value) -> Vec<String> 
     let patterns: &[(&str, &[&str])] = &[
         (
             r"(\d+) (?:of|/) (\d+) (?:verdicts|claims)",
-            &["passing", "verdicts"],
+            &["holding", "claims"],
         ),
         (r"(\d+) measurements", &["measurements"]),
-        (r"(\d+) known findings", &["known_findings"]),
+        (r"(\d+) (?:known )?findings", &["findings"]),
         (r"a (\d+) s build", &["build_seconds"]),
         (r"(\d+) s of runs", &["runs_seconds"]),
         (r"(\d+) s in all", &["total_seconds"]),
@@ -248,10 +248,14 @@ fn quoted_numbers(page: &str, text: &str, v: &serde_json::Value) -> Vec<String> 
             }
         }
     }
-    // Runs and papers are counted on lines about `reproduce` only: "30 runs"
-    // elsewhere may be a sweep's.
+    // Runs, settings and papers are counted on lines about `reproduce` only: "30
+    // runs" elsewhere may be a sweep's.
     for line in text.lines().filter(|l| l.contains("reproduce")) {
-        for (pattern, key) in [(r"(\d+) runs\b", "runs"), (r"(\d+) papers\b", "papers")] {
+        for (pattern, key) in [
+            (r"(\d+) runs\b", "runs"),
+            (r"(\d+) settings\b", "settings"),
+            (r"(\d+) papers\b", "papers"),
+        ] {
             for c in Regex::new(pattern).unwrap().captures_iter(line) {
                 let got: u64 = c[1].parse().expect("digits");
                 if got != num(v, key) {
@@ -280,62 +284,80 @@ fn pages_quote_the_committed_reproduce_numbers() {
         bad.join("\n")
     );
     // The check catches an edited number.
-    let edited = "It runs: 90 of 93 verdicts pass, 11 measurements.";
+    let edited = format!(
+        "It runs: {} of {} claims hold, {} measurements.",
+        num(&v, "holding") - 1,
+        num(&v, "claims"),
+        num(&v, "measurements") + 1
+    );
+    let edited = edited.as_str();
     assert_eq!(quoted_numbers("t", edited, &v).len(), 2);
 }
 
-/// What the registry itself says: the runs `reproduce` schedules, the papers
-/// they come from, the verdicts marked as known findings.
+/// What the registry itself says: the settings `reproduce` runs, their seeds,
+/// the papers they come from, and the claims judged against the authors' code.
 #[test]
 fn the_committed_summary_matches_the_registry() {
     let v = committed();
     let reg = registry();
-    let (mut runs, mut papers, mut findings) = (0, 0, 0);
+    let (mut runs, mut settings, mut papers) = (0, 0, 0);
     for exp in reg.all() {
         let items = exp.reproduce();
         papers += usize::from(!items.is_empty());
-        runs += items.len();
-        for f in items.iter().flat_map(|i| &i.findings) {
-            findings += 1;
-            // A finding names its verdict by id (a claim's wording would never
-            // match, and the failure it documents would go unmarked).
+        settings += items.len();
+        runs += items.iter().map(|i| i.seeds as usize).sum::<usize>();
+        let rules = items.iter().flat_map(|i| {
+            let r = mechlab::commands::resolve(&reg, i.preset, &i.overrides, None)
+                .expect("reproduce items resolve");
+            exp.claims(&r.table)
+        });
+        for c in rules {
+            // A rule names its verdict by id (a claim's wording would never match,
+            // and the claim would be judged by every seed instead).
             assert!(
-                f.id.starts_with(&format!("{}.", exp.name())),
-                "{}: known finding `{}` is not one of its verdict ids",
+                c.id.starts_with(&format!("{}.", exp.name())),
+                "{}: claim rule `{}` is not one of its verdict ids",
                 exp.name(),
-                f.id
+                c.id
             );
             assert!(
-                root().join(f.doc).is_file(),
+                root().join(c.doc).is_file(),
                 "{}: {} is missing",
-                f.id,
-                f.doc
+                c.id,
+                c.doc
             );
         }
     }
     assert_eq!(num(&v, "runs") as usize, runs, "runs");
+    assert_eq!(num(&v, "settings") as usize, settings, "settings");
     assert_eq!(num(&v, "papers") as usize, papers, "papers");
-    assert_eq!(
-        num(&v, "known_findings") as usize,
-        findings,
-        "known findings"
-    );
-    assert!(num(&v, "passing") + num(&v, "known_findings") <= num(&v, "verdicts"));
+    assert!(num(&v, "holding") <= num(&v, "claims"));
+    assert!(num(&v, "findings") <= num(&v, "holding"));
     // With a `reproduce` run at hand, its counts too.
     if let Some(path) = std::env::var_os("MECHLAB_REPRODUCE_SUMMARY") {
         let text = std::fs::read_to_string(&path).expect("MECHLAB_REPRODUCE_SUMMARY is readable");
         let s: serde_json::Value = serde_json::from_str(&text).expect("a reproduce summary");
-        let (mut verdicts, mut passing, mut measurements) = (0, 0, 0);
-        for run in s["runs"].as_array().expect("runs") {
-            let sum = &run["summary"];
-            for verdict in sum["verdicts"].as_array().into_iter().flatten() {
-                verdicts += 1;
-                passing += u64::from(verdict["pass"].as_bool() == Some(true));
-            }
-            measurements += sum["measurements"].as_array().map_or(0, |m| m.len() as u64);
-        }
-        assert_eq!(num(&v, "verdicts"), verdicts, "verdicts");
-        assert_eq!(num(&v, "passing"), passing, "passing");
+        let claims = s["claims"].as_array().expect("claims");
+        let status = |st: &str| claims.iter().filter(|c| c["status"] == st).count() as u64;
+        assert_eq!(num(&v, "claims"), claims.len() as u64, "claims");
+        assert_eq!(
+            num(&v, "holding"),
+            claims.len() as u64 - status("failed"),
+            "holding"
+        );
+        assert_eq!(num(&v, "findings"), status("finding"), "findings");
+        // Measurements are counted on each setting's first seed.
+        let measurements: u64 = s["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .filter(|r| r["preset"] == r["setting"])
+            .map(|r| {
+                r["summary"]["measurements"]
+                    .as_array()
+                    .map_or(0, |m| m.len() as u64)
+            })
+            .sum();
         assert_eq!(num(&v, "measurements"), measurements, "measurements");
         assert_eq!(
             num(&v, "runs") as usize,

@@ -240,6 +240,8 @@ fn control_without_training_the_loss_stays_at_uniform() {
     let bayes = s.metrics["baseline_bayes_code"];
     assert!(s.metrics["val_code_loss"] > uniform - 0.1 * (uniform - bayes));
     assert!(!verdict(s, "induction.loss-toward-bayes").pass);
+    // nor does the layer-2 classifier grow from its initial scale
+    assert!(!verdict(s, "induction.classifier-grows").pass);
     // (The ablation verdict holds trivially here: an untrained model is no better
     // than a Bayes floor either; its broken-on-purpose cases are unit tests in
     // papers/induction/causal.rs.)

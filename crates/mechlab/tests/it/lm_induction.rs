@@ -52,6 +52,24 @@ fn same_seed_same_summary() {
         run_preset("lm-induction-repeated", &over),
     );
     assert_eq!(a, b);
+    // Twenty steps form no induction head: the control on which every claim of
+    // the two-layer model fails, each for want of its mechanism.
+    for id in [
+        "induction-head-forms",
+        "induction-heads-copy",
+        "ablation-removes-icl",
+    ] {
+        let v = a.verdicts.iter().find(|v| v.id == id).expect("emitted");
+        assert!(!v.pass, "{v:?}");
+    }
+    // The window claim's precondition did not happen, so it is not judged, and
+    // not a pass.
+    let w = a
+        .verdicts
+        .iter()
+        .find(|v| v.id == "icl-drop-in-phase-change")
+        .expect("the window verdict");
+    assert!(!w.pass && w.measured.starts_with("not judged"), "{w:?}");
     // and the seed is what they share: another gives another run
     let c = run_preset("lm-induction-repeated", &[&over[..], &["seed=2"]].concat());
     assert_ne!(a, c);

@@ -115,6 +115,7 @@ fn bigram_data_grows_both_heads_and_reaches_bayes_and_shuffled_data_does_not() {
 
     // Control: the same run on shuffled sequences (no transitions to learn).
     let c = run_short(&["data.shuffle=true"]);
+    assert!(!verdict(&c, "markov-icl.phases").pass, "{:?}", c.verdicts);
     assert!(
         !verdict(&c, "markov-icl.previous-token-head").pass,
         "{:?}",
@@ -152,6 +153,7 @@ fn the_minimal_model_learns_the_bigram_through_its_heads_and_not_on_shuffled_dat
     let c = run_preset("markov-icl-minimal", &shuffled);
     for p in [
         "markov-icl.ends-at-ngram",
+        "markov-icl.phases",
         "markov-icl.previous-token-head",
         "markov-icl.induction-head",
     ] {

@@ -88,7 +88,8 @@ pub(super) fn summary(
                     if tgt_sel.err.is_empty() { String::new() } else { format!(" ({})", tgt_sel.err) }
                 ),
                 last.corr_sel.is_some_and(|c| c > th) && grew && ctrl_low,
-            );
+            )
+            .scored(last.corr_sel.unwrap_or(f64::NAN), Some(th));
             if tgt_opt.infeasible {
                 local_verdict(&mut s, data, v, [tgt_sel, tgt_ctrl], last, th);
             }
@@ -105,7 +106,8 @@ pub(super) fn summary(
                     rank_mm.map_or("n/a".into(), |r| r.to_string())
                 ),
                 last.corr_sel.is_some_and(|c| c < th) && rank_mm.is_some_and(|r| rank_w < r),
-            );
+            )
+            .scored(last.corr_sel.unwrap_or(f64::NAN), Some(th));
             s.verdict(
                 ids::NUC,
                 "GD on (K, Q) turns to the nuclear-norm SVM direction of the tokens it selects",
@@ -122,7 +124,8 @@ pub(super) fn summary(
                     }
                 ),
                 corr_nuc.is_some_and(|c| c > th && last.corr_sel.is_none_or(|f| c > f)),
-            );
+            )
+            .scored(corr_nuc.unwrap_or(f64::NAN), Some(th));
         }
     }
     if let Some(r) = &reg {
@@ -179,5 +182,6 @@ fn local_verdict(
             if ctrl.w_mm.is_some() { local_ctrl.to_string() } else { "false (not separable)".into() }
         ),
         local_sel && corr > th && !local_ctrl,
-    );
+    )
+    .scored(corr, Some(th));
 }

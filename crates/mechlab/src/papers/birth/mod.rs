@@ -119,7 +119,7 @@ impl Paper for Birth {
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![
             ReproduceItem::new("birth-2l", &[]),
-            ReproduceItem::new("birth-1l", &[]),
+            ReproduceItem::new("birth-1l", &[]).with_seeds(3),
         ]
     }
     crate::analysis_half!(analysis);

@@ -33,7 +33,8 @@ pub fn summary(cfg: &BirthConfig, m: &Measured) -> Summary {
                 f.acc2, f.acc, m.init.acc
             ),
             f.acc2 <= MAJORITY,
-        );
+        )
+        .scored(f.acc2, Some(MAJORITY));
         return s;
     }
     s.verdict(
@@ -46,7 +47,8 @@ pub fn summary(cfg: &BirthConfig, m: &Measured) -> Summary {
             f.acc2, f.acc, m.init.acc, f.attn1, f.attn0
         ),
         f.acc2 > MAJORITY && f.attn1 > MAJORITY,
-    );
+    )
+    .scored(f.acc2, Some(MAJORITY));
     s.verdict(
         ids::MEMORIES,
         "the trained matrices store the head's associations: W_O² maps each token to itself, W_K² each trigger to its previous-token copy",
@@ -57,6 +59,7 @@ pub fn summary(cfg: &BirthConfig, m: &Measured) -> Summary {
             f.wo1, f.wk1, m.init.wo1, m.init.wk1, f.wk0, f.wk0_64
         ),
         f.wo1 > MAJORITY && f.wk1 > MAJORITY,
-    );
+    )
+    .scored(f.wo1, Some(MAJORITY));
     s
 }

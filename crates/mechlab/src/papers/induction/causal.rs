@@ -280,6 +280,12 @@ pub fn verdicts(
             if other.is_empty() { "none".to_string() } else { format!("{other_rise:+.4}") }
         ),
         ablation_holds(&rows, clean, (!other.is_empty()).then_some(other_rise)),
+    )
+    .scored(
+        rows.iter()
+            .map(|r| r.gap + 2.0 * r.se)
+            .fold(f64::INFINITY, f64::min),
+        Some(0.0),
     );
     let setup = patch_setup(m, &batch, val.vocab, truth)?;
     let ep = patch_heads_at_query(m, &setup, &parent)?;
@@ -297,7 +303,8 @@ pub fn verdicts(
             setup.a.len()
         ),
         ep >= 0.5 && en <= 0.25,
-    );
+    )
+    .scored(ep, Some(0.5));
     Ok(())
 }
 

@@ -114,7 +114,8 @@ pub(super) fn summary<T: Float, M: InductionModel<T> + HookedModel>(
                 sel.distances
             ),
             sel.distances == *truth && sel.share > 0.5,
-        );
+        )
+        .scored(sel.share, Some(0.5));
         s.verdict(
             "induction.selector-mi",
             "selector = argmax of the modified χ² mutual information (|P| ≤ D)",
@@ -132,7 +133,8 @@ pub(super) fn summary<T: Float, M: InductionModel<T> + HookedModel>(
             "Chen et al. 2024: validation code loss 0.900 → 0.652 in the paper's run (their training curve), nearly at Bayes; the half-way bar is ours and far short of that",
             format!("{vloss:.4}"),
             vloss < pu - 0.5 * (pu - pb),
-        );
+        )
+        .scored(vloss, Some(pu - 0.5 * (pu - pb)));
         let dist = probe::head_distances::<T, M>(model);
         causal::verdicts(
             model, val, truth, &sel.heads, &dist, uniform.1, floor, &mut s,
@@ -147,6 +149,7 @@ pub(super) fn summary<T: Float, M: InductionModel<T> + HookedModel>(
         "Chen et al. 2024: a = 0.70 / 4.28 / 7.28 at epochs 10 / 100 / 1 000 in the paper's run; ≫ read as 10 × a_init, far below those",
         format!("{a_final:.3}"),
         a_final > 10.0 * cfg.model.a_init.abs().max(0.01),
-    );
+    )
+    .scored(a_final, Some(10.0 * cfg.model.a_init.abs().max(0.01)));
     Ok(s)
 }

@@ -58,7 +58,8 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
             SOURCE,
             best_line,
             best <= INDUCTION_THRESHOLD,
-        );
+        )
+        .scored(best, Some(INDUCTION_THRESHOLD));
         return s;
     }
     s.verdict(
@@ -66,9 +67,10 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
         "an induction head forms in the two-layer model",
         &format!("some head's induction score above {INDUCTION_THRESHOLD} (the token after the earlier occurrence outweighs every other key)"),
         SOURCE,
-        best_line,
+        best_line.clone(),
         best > INDUCTION_THRESHOLD,
-    );
+    )
+    .scored(best, Some(INDUCTION_THRESHOLD));
     let copies: Vec<String> = m
         .heads
         .iter()
@@ -93,13 +95,27 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
                 .heads
                 .iter()
                 .all(|&(l, h)| m.fin.copying[l][h] > m.copying_init),
+    )
+    .scored(
+        m.heads
+            .iter()
+            .map(|&(l, h)| m.fin.copying[l][h])
+            .fold(f64::INFINITY, f64::min),
+        Some(m.copying_init),
     );
     let window = m
         .rise
         .map(|(a, b)| (a.saturating_sub(m.probe_gap), b + m.probe_gap));
+    // Its precondition is a head that formed: without one, a "rise" of the
+    // strongest head and a "largest drop" exist in any run, and would overlap by
+    // chance. So it is not judged (it fails) then, and a drop must be a fall.
     let (pass, measured) = match (window, m.icl_drop) {
+        _ if m.heads.is_empty() => (
+            false,
+            format!("not judged: no induction head formed ({best_line})"),
+        ),
         (Some((lo, hi)), Some((from, to, drop))) => (
-            from < hi && to > lo,
+            drop > 0.0 && from < hi && to > lo,
             format!("largest drop {drop:.3} nats between steps {from} and {to}; induction rise window {lo}–{hi}"),
         ),
         (None, _) => (false, "the induction score never rose".into()),
@@ -108,7 +124,7 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
     s.verdict(
         ids::WINDOW,
         "the in-context learning score drops while the induction head forms",
-        "the largest fall of the ICL score between consecutive probes lies in the strongest head's 10–90 % rise, widened by one probe interval",
+        "an induction head forms, and the largest fall of the ICL score between consecutive probes lies in the strongest head's 10–90 % rise, widened by one probe interval",
         SOURCE,
         measured,
         pass,
@@ -140,6 +156,10 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
         SOURCE,
         measured,
         pass,
+    )
+    .scored(
+        m.icl_ablated.map_or(f64::NAN, |a| m.init.icl - a),
+        Some(gain / 2.0),
     );
     s
 }

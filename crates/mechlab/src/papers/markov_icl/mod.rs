@@ -32,6 +32,7 @@ pub mod probes;
 mod report;
 mod verdicts;
 
+use crate::claims::Claim;
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};
 use crate::rng::{self, stream, substream, Stream};
@@ -196,6 +197,7 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("markov-icl-doubly-stochastic"),
     crate::preset!("markov-icl-trigram"),
     crate::preset!("markov-icl-minimal"),
+    crate::preset!("markov-icl-s3"),
 ];
 
 impl Paper for MarkovIcl {
@@ -226,17 +228,35 @@ impl Paper for MarkovIcl {
     }
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![
-            // At S = 2 the doubly stochastic prior does not reliably shorten the
-            // plateau, in our runs (seeds 1–5 here, 1–3 in the authors' setting) and
-            // in the authors' algorithm with a correct sampler in the same settings;
-            // at S = 3 it does (docs/markov-icl.md, "Findings").
-            ReproduceItem::new("markov-icl-bigram", REPRODUCE_SHORT)
-                .with_finding(verdicts::ids::DOUBLY, "docs/markov-icl.md"),
-            ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT),
+            // Bigrams at S = 2, without the doubly stochastic comparison: at S = 2
+            // that prior shortens the plateau in about half the seeds, in our runs
+            // and in the authors' algorithm alike (docs/markov-icl.md, "Findings"),
+            // so the claim is judged where the authors make it, at S = 3 below.
+            ReproduceItem::new("markov-icl-bigram", &["probe.compare_prior=false"]).with_seeds(3),
+            ReproduceItem::new("markov-icl-doubly-stochastic", REPRODUCE_SHORT).with_seeds(3),
             // The paper's minimal model, at 10× the authors' 200 steps (at 200 it
             // is still on the unigram plateau: docs/markov-icl.md, "Minimal model").
-            ReproduceItem::new("markov-icl-minimal", REPRODUCE_SHORT),
+            ReproduceItem::new("markov-icl-minimal", REPRODUCE_SHORT).with_seeds(3),
+            // The doubly stochastic claim in the authors' setting at S = 3: about a
+            // minute a seed, so one here; seeds 1–3 in docs/markov-icl.md.
+            ReproduceItem::new("markov-icl-s3", &[]),
         ]
+    }
+    fn claims(&self, cfg: &MarkovConfig) -> &'static [Claim] {
+        // Under the doubly stochastic prior at S = 2 some runs stay on the uniform
+        // plateau for the whole run, with no previous-token head: 2 of seeds 1–3
+        // of the authors' algorithm in this setting (bench/markov_icl/authors_port.py
+        // --seq-len 50 --batch 32 --steps 1500 --dropout 0 --prior doubly_stochastic),
+        // and as many at their own sizes (docs/markov-icl.md, "Findings").
+        static DOUBLY_S2: &[Claim] = &[
+            Claim::authors(verdicts::ids::LOSS, 1, 3, "docs/markov-icl.md"),
+            Claim::authors(verdicts::ids::PREV, 1, 3, "docs/markov-icl.md"),
+        ];
+        if cfg.data.prior == Prior::DoublyStochastic && cfg.data.vocab == 2 {
+            DOUBLY_S2
+        } else {
+            &[]
+        }
     }
     crate::analysis_half!(analysis);
 }

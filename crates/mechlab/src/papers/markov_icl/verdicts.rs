@@ -88,7 +88,8 @@ fn strategy_verdicts(s: &mut Summary, cfg: &MarkovConfig, f: &Finals, hist: &His
             "Edelman et al. 2024: the model approaches the Bayes-optimal in-context predictor (abstract, Fig. 1); the 0.2 of the span is our bar, not the paper's (docs/markov-icl.md, \"Verdicts\": the authors' algorithm, bench/markov_icl/authors_port.py, ends 0.022–0.037 above the bigram strategy on the seeds that leave the plateau at T = 50)",
             loss_line,
             gap < 0.2 * span && gap0 > 0.5 * span,
-        );
+        )
+        .scored(gap, Some(0.2 * span));
     }
     let last = n_probe.saturating_sub(1);
     s.verdict(
@@ -111,7 +112,7 @@ fn strategy_verdicts(s: &mut Summary, cfg: &MarkovConfig, f: &Finals, hist: &His
         s.verdict(
             ids::PHASES,
             "phases: uniform → in-context unigram plateau → in-context n-gram",
-            "the unigram strategy is nearest for a while before the n-gram",
+            "uniform nearest at step 0, then the unigram strategy for a while before the n-gram, which is nearest at the end",
             "Edelman et al. 2024, the phases uniform → unigram → bigram (abstract; Fig. 1–2)",
             format!(
                 "nearest strategy over training: {} (unigram from step {}, {} from step {})",
@@ -120,7 +121,7 @@ fn strategy_verdicts(s: &mut Summary, cfg: &MarkovConfig, f: &Finals, hist: &His
                 names[ngram],
                 fmt_step(t_first[ngram])
             ),
-            uni_before && argmin(last) == ngram,
+            n_probe > 0 && argmin(0) == 0 && uni_before && argmin(last) == ngram,
         );
     }
 }
@@ -171,6 +172,10 @@ fn head_verdicts(s: &mut Summary, cfg: &MarkovConfig, f: &Finals, hist: &History
             round3(&init_prev)
         ),
         covered && init_prev.iter().all(|&v| v < 2.0 * pu),
+    )
+    .scored(
+        best_prev.iter().copied().fold(f64::INFINITY, f64::min),
+        Some(2.0 * pu),
     );
     let iu = f.fin.induction_uniform;
     let ind0 = ind.first().copied().unwrap_or(f64::NAN);
@@ -187,13 +192,14 @@ fn head_verdicts(s: &mut Summary, cfg: &MarkovConfig, f: &Finals, hist: &History
         );
     } else {
         s.verdict(
-        ids::INDUCTION,
-        "layer 1 forms a statistical induction head (control: at init, uniform)",
-        &format!("mass on matching keys > uniform {iu:.3} + ½(1 − uniform); at init < uniform + 0.1(1 − uniform)"),
-        "Edelman et al. 2024: the second layer attends to the tokens that followed earlier occurrences of the current token (Fig. 3); the half-way bar is ours (docs/markov-icl.md; the authors' algorithm scores 0.77–0.93 on the runs that leave the plateau)",
-        format!("{:.3} (init {ind0:.3})", f.fin.induction),
-        f.fin.induction > iu + 0.5 * (1.0 - iu) && ind0 < iu + 0.1 * (1.0 - iu),
-    );
+            ids::INDUCTION,
+            "layer 1 forms a statistical induction head (control: at init, uniform)",
+            &format!("mass on matching keys > uniform {iu:.3} + ½(1 − uniform); at init < uniform + 0.1(1 − uniform)"),
+            "Edelman et al. 2024: the second layer attends to the tokens that followed earlier occurrences of the current token (Fig. 3); the half-way bar is ours (docs/markov-icl.md; the authors' algorithm scores 0.77–0.93 on the runs that leave the plateau)",
+            format!("{:.3} (init {ind0:.3})", f.fin.induction),
+            f.fin.induction > iu + 0.5 * (1.0 - iu) && ind0 < iu + 0.1 * (1.0 - iu),
+        )
+        .scored(f.fin.induction, Some(iu + 0.5 * (1.0 - iu)));
     }
 }
 
@@ -219,6 +225,10 @@ fn prior_verdict(s: &mut Summary, f: &Finals, hist: &History) {
                 (Some(_), None) => true,
                 _ => false,
             },
+        )
+        .scored(
+            td.map_or(f64::NAN, |t| t as f64),
+            t_bayes.map(|t| t as f64),
         );
     }
 }

@@ -170,7 +170,7 @@ impl Paper for Selection {
     }
 
     fn reproduce(&self) -> Vec<ReproduceItem> {
-        vec![ReproduceItem::new("selection-synthetic", &[])]
+        vec![ReproduceItem::new("selection-synthetic", &[]).with_seeds(5)]
     }
     crate::analysis_half!(analysis);
 }

@@ -52,7 +52,8 @@ pub(super) fn summary<T: Float>(
         "Wu et al. 2025, the one-step alignment result; the exact formula and its normalisation derived in docs/selection.md, \"Claim 1\" (exact when E ⟂ v: the tolerance is the dtype's rounding; 0.1 otherwise, first order in the initial scale)",
         format!("{:.2e}", one.rel_err),
         one.rel_err < tol,
-    );
+    )
+    .scored(one.rel_err, Some(tol));
     if cfg.probe.max_margin && !last.solved {
         s.verdict(
             "selection.max-margin",
@@ -76,7 +77,8 @@ pub(super) fn summary<T: Float>(
             MAX_MARGIN_SOURCE,
             format!("cos {:.4}, mass {:.4}", last.cos, last.mass),
             last.cos > 0.99 && last.mass > 0.9,
-        );
+        )
+        .scored(last.cos, Some(0.99));
     }
     let (nrev, top_flips, rand_flips) = causal::token_ablation(&mut trained.model, test, 2000)
         .map_err(|e| data_err(e.to_string()))?;
@@ -89,7 +91,8 @@ pub(super) fn summary<T: Float>(
         "Wu et al. 2025: attention selects the label-predictive tokens, so the prediction rests on the top-scoring one more than on a random one (the direction is the prediction; no size is claimed)",
         format!("{top_flips} vs {rand_flips} of {nrev} test reviews"),
         top_flips > rand_flips,
-    );
+    )
+    .scored(top_flips as f64, Some(rand_flips as f64));
     s.verdict(
         "selection.u-shape",
         "attention scores are U-shaped in the label posterior",
@@ -97,6 +100,7 @@ pub(super) fn summary<T: Float>(
         "Wu et al. 2025, the U-shaped scatter of p·E_s against the words' label posterior on IMDB and Yelp (their real-data figures): both ends above the middle",
         format!("{left:.3} | {middle:.3} | {right:.3}"),
         left > middle && right > middle,
-    );
+    )
+    .scored(left.min(right), Some(middle));
     Ok(s)
 }

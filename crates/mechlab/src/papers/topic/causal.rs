@@ -308,7 +308,8 @@ pub fn verdict(r: &UniformAttention, s: &mut crate::run::summary::Summary) {
             r.docs
         ),
         r.holds(),
-    );
+    )
+    .scored(r.delta_uniform(), Some(0.0));
     s.measurement(
         "topic.causal-uniform-attention.size",
         "rise of the dev loss under uniform attention, relative to the trained loss",

@@ -81,9 +81,9 @@ impl Paper for TopicExperiment {
 
     fn reproduce(&self) -> Vec<ReproduceItem> {
         vec![
-            ReproduceItem::new("topic-value", &[]),
+            ReproduceItem::new("topic-value", &[]).with_seeds(3),
             ReproduceItem::new("topic-value", &["model.bert_embedding_ln=true"]),
-            ReproduceItem::new("topic-embedding", &[]),
+            ReproduceItem::new("topic-embedding", &[]).with_seeds(3),
             ReproduceItem::new("topic-attention", &[]),
             ReproduceItem::new("topic-two-stage", &[]),
         ]

@@ -59,7 +59,8 @@ pub fn summary(
             "the bound E[H(θ)] + mean_t H(β_t) is derived in docs/topic.md (\"Probes\"); the authors' demo ends 0.25 above it (paper 3.395 against 3.149); the upper margin probe.bound_gap_max (0.4) is ours, above that",
             format!("{best:.4}"),
             best >= f.bound - 0.02 && best <= f.bound + cfg.probe.bound_gap_max,
-        );
+        )
+        .scored(best, Some(f.bound + cfg.probe.bound_gap_max));
     } else {
         // Frozen parts cap the logits (block values with the identity decoder give
         // logits in [0, 1]), so only improvement is expected.
@@ -70,7 +71,8 @@ pub fn summary(
             "derivation: with the value blocks frozen and the decoder the identity the logits lie in [0, 1], so the bound cannot be reached (docs/topic.md); what remains predictable is that training the free parts lowers the loss",
             format!("{best:.4} vs {dev0:.4} (bound {:.3})", f.bound),
             best < dev0,
-        );
+        )
+        .scored(best, Some(dev0));
     }
     let gap_verdict = |s: &mut Summary, id: &str, what: &str, g: f64, c: f64| {
         s.verdict(
@@ -80,7 +82,8 @@ pub fn summary(
             GAP_SOURCE,
             format!("gap {g:.4}, control {c:.4}"),
             g > 0.0 && c.abs() < cm * g,
-        );
+        )
+        .scored(g, Some(0.0));
     };
     if value_trained {
         gap_verdict(
@@ -118,7 +121,8 @@ pub fn summary(
                 p.attention.same_mass, p.attention.same_mass_uniform
             ),
             p.attention.same_mass > p.attention.same_mass_uniform,
-        );
+        )
+        .scored(p.attention.same_mass, Some(p.attention.same_mass_uniform));
     }
     if let Some(c) = &f.causal {
         super::causal::verdict(c, &mut s);
@@ -148,7 +152,8 @@ pub fn summary(
                 step_or_never(ta)
             ),
             matches!((tv, ta), (Some(a), Some(b)) if a < b) && ent_at_tv >= 0.95,
-        );
+        )
+        .scored(tv.unwrap_or(f64::NAN), ta);
     }
     s
 }

@@ -353,7 +353,8 @@ fn summary<T: Float>(
                 "Li, Li, Risteski 2023 (their Wikipedia experiments): same-topic words get closer embeddings and more attention; control_max (0.2) is our margin for sampling noise (docs/topic.md)",
                 format!("gap {g:.4}, control {c:.4}"),
                 g > 0.0 && c.abs() < cm * g,
-            );
+            )
+            .scored(g, Some(0.0));
         }
     }
     s.verdict(
@@ -363,7 +364,8 @@ fn summary<T: Float>(
         "a check of our Gibbs LDA, not of the paper: a topic model that fits must beat the unigram model it contains (Blei, Ng, Jordan 2003)",
         format!("{ppl_value:.0} vs {uni:.0}"),
         ppl_value < uni,
-    );
+    )
+    .scored(ppl_value, Some(uni));
     s
 }
 

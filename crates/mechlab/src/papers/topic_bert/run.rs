@@ -308,7 +308,8 @@ fn summary(
             "Li, Li, Risteski 2023, their pretrained-BERT analysis: same-topic words have larger embedding inner products (the sign is the prediction)",
             format!("{:.4} vs {:.4} (gap {eg:.4}; cosine gap {:.4})", e.dot.mean(Class::SameTopic), e.dot.mean(Class::DifferentTopic), e.cos.gap()),
             eg > 0.0,
-        );
+        )
+        .scored(eg, Some(0.0));
         s.verdict(
             &format!("topic-bert.{src}.embedding-control"),
             &format!("{src} topics: shuffled topics show no embedding gap"),
@@ -316,7 +317,8 @@ fn summary(
             "derivation: shuffled topic labels have expected gap 0; the margin (control_max) for sampling noise is ours (docs/topic.md)",
             format!("{egc:.4} vs {eg:.4}"),
             eg > 0.0 && egc.abs() < cm * eg,
-        );
+        )
+        .scored(egc.abs(), Some(cm * eg));
         s.verdict(
             &format!("topic-bert.{src}.attention-gap"),
             &format!("{src} topics: same-topic words get more attention than different-topic words, in most heads"),
@@ -324,7 +326,8 @@ fn summary(
             "Li, Li, Risteski 2023, their pretrained-BERT analysis: attention favours same-topic words in most heads (\"most\" read as a majority)",
             format!("{pos}/{} heads (mean gap {mg:.2e}); layers with most heads positive: {:?}", nl * nh, positive_layers(a)),
             2 * pos > nl * nh,
-        );
+        )
+        .scored(pos as f64 / (nl * nh) as f64, Some(0.5));
         s.verdict(
             &format!("topic-bert.{src}.attention-control"),
             &format!("{src} topics: shuffled topics show no attention gap"),
@@ -332,7 +335,8 @@ fn summary(
             "derivation: shuffled topic labels have expected gap 0; the margin (control_max) for sampling noise is ours (docs/topic.md)",
             format!("{mc:.2e} vs {mg:.2e}"),
             mg > 0.0 && mc.abs() < cm * mg,
-        );
+        )
+        .scored(mc.abs(), Some(cm * mg));
     }
     (s, table)
 }
