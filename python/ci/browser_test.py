@@ -8,6 +8,11 @@ query; then holds a token with a click and checks that it stays. It also checks
 that the page raised no script errors, and that without JavaScript the static
 heatmap and the note are shown instead. ``--screenshot`` saves the first viewer.
 
+On a ``mechlab reproduce`` report (a ``summary.json`` with ``claims`` beside it),
+it also checks the first screen, a 1280 × 800 window as it opens: every claim that
+did not hold (failed, or a finding) is named there with its reason, and the runs'
+own sections are folded.
+
 Needs Chromium and ChromeDriver (Debian: ``apt-get install chromium
 chromium-driver``), selenium and numpy. Exits 77 with a message when the browser
 is missing, so that CI can say it skipped rather than fail.
@@ -47,7 +52,7 @@ def load_safetensors(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def browser(profile: str, javascript: bool = True) -> Any:
+def browser(profile: str, javascript: bool = True, size: tuple[int, int] = (1100, 1400)) -> Any:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -65,7 +70,7 @@ def browser(profile: str, javascript: bool = True) -> Any:
         "--disable-component-update",
         "--disable-sync",
         "--hide-scrollbars",
-        "--window-size=1100,1400",
+        f"--window-size={size[0]},{size[1]}",
         f"--user-data-dir={profile}",
     ):
         opts.add_argument(a)
@@ -184,6 +189,48 @@ def check_slider(driver: Any, fig: Any, data: dict[str, Any], h: int, q: int, ke
     return f"; the slider shows {len(steps)} checkpoints (steps {steps[0]} to {steps[-1]})"
 
 
+def open_folds(driver: Any) -> None:
+    """Opens every folded section as a reader would, by clicking its summary
+    (a native toggle: it works without JavaScript too)."""
+    from selenium.webdriver.common.by import By
+
+    for s in driver.find_elements(By.CSS_SELECTOR, "details > summary"):
+        s.click()
+
+
+def check_first_screen(report: Path) -> str:
+    """Every claim that did not hold is on the first screen, with its reason."""
+    from selenium.webdriver.common.by import By
+
+    summary = json.loads((report.parent / "summary.json").read_text())
+    claims = summary.get("claims")
+    if claims is None:
+        return "first screen: not a reproduce report"
+    pending = [c for c in claims if c["status"] != "held"]
+    with tempfile.TemporaryDirectory() as profile:
+        driver = browser(profile, size=(1280, 800))
+        try:
+            driver.get(report.as_uri())
+            height = driver.execute_script("return window.innerHeight")
+            badge = driver.find_element(By.CSS_SELECTOR, "header .summary .badge")
+            failed = [c for c in claims if c["status"] == "failed"]
+            assert ("FAILED" in badge.text) == bool(failed), f"badge {badge.text!r}, {len(failed)} failed"
+            table = driver.find_element(By.CSS_SELECTOR, "section#s1 table")
+            rows = table.find_elements(By.CSS_SELECTOR, "tbody tr")
+            for c in pending:
+                # a failure with its reason; a finding with both rates
+                why = c["reason"][:40] if c["status"] == "failed" else f"{c['passed']}/{c['seeds']}"
+                cells = [r for r in rows if c["id"] in r.text and why in r.text]
+                assert cells, f"{c['id']} ({c['status']}) is not in the first table with {why!r}"
+                top = driver.execute_script("return arguments[0].getBoundingClientRect().bottom", cells[0])
+                assert top <= height, f"{c['id']}: its row ends at {top} px, below the first screen ({height} px)"
+            folded = driver.find_elements(By.CSS_SELECTOR, "section details:not([open])")
+            assert folded, "the runs' sections are not folded"
+        finally:
+            driver.quit()
+    return f"first screen: {len(pending)} claims that did not hold, each named with its reason; {len(folded)} sections folded"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("report", type=Path)
@@ -209,6 +256,7 @@ def main() -> int:
         driver = browser(profile)
         try:
             driver.get(url)
+            open_folds(driver)
             figs = driver.find_elements(By.CSS_SELECTOR, "figure.attn")
             assert len(figs) >= args.min_viewers, (
                 f"{report}: {len(figs)} attention viewers, expected at least {args.min_viewers}"
@@ -245,6 +293,7 @@ def main() -> int:
         driver = browser(profile, javascript=False)
         try:
             driver.get(url)
+            open_folds(driver)
             for fig in driver.find_elements(By.CSS_SELECTOR, "figure.attn"):
                 still = fig.find_element(By.CSS_SELECTOR, ".attn-still svg")
                 assert still.is_displayed(), "without JavaScript the still is hidden"
@@ -253,6 +302,7 @@ def main() -> int:
             print("without JavaScript: every viewer shows its still heatmap and note")
         finally:
             driver.quit()
+    print(check_first_screen(report))
     print(f"browser test passed: {report}")
     return 0
 

@@ -546,7 +546,15 @@ fn paper_rows(judged: &[Judgement]) -> Vec<Vec<String>> {
                         } else {
                             format!("; {}", j.doc)
                         };
-                        format!("`{}` ({}): {}{doc}", j.id, j.setting, j.reason)
+                        // A failure with its reason; a finding with both rates.
+                        let why = match (j.status, j.authors, j.p_value) {
+                            (Status::Finding, Some([a, b]), Some(p)) => format!(
+                                "{}/{} seeds, the authors' code {a}/{b} (p = {p:.2})",
+                                j.passed, j.seeds
+                            ),
+                            _ => j.reason.clone(),
+                        };
+                        format!("`{}` ({}): {why}{doc}", j.id, j.setting)
                     })
                     .collect();
                 if v.is_empty() {
