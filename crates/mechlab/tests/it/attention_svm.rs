@@ -151,6 +151,15 @@ fn kq_turns_to_the_nuclear_norm_svm() {
     let swap = [&set[..], &["probe.swap_selected=true"]].concat();
     let bad = run_preset("attention-svm-kq", &swap, &tmp.path().join("swap")).unwrap();
     assert!(bad.metrics["corr_nuc"] < 0.5, "{bad:?}");
+    // and the nuclear-direction claim, judged against the wrong selection, fails
+    // (kq-low-rank says what GD does *not* turn to, so a wrong selection cannot
+    // break it)
+    let v = bad
+        .verdicts
+        .iter()
+        .find(|v| v.id == "attention-svm.kq-nuclear-direction")
+        .expect("emitted");
+    assert!(!v.pass, "{v:?}");
     // The nuclear-norm regularisation path, against the right and a wrong selection.
     assert!(
         s.metrics["reg_corr"] > 0.9 && s.metrics["reg_corr_ctrl"] < 0.5,

@@ -57,6 +57,19 @@ fn two_layers_form_the_induction_head_and_one_layer_does_not() {
     // the second occurrence separates the mechanisms: one layer only counts tokens
     assert!(one.metrics["acc2"] < m["acc2"] - 0.25, "{:?}", one.metrics);
     assert!(one.metrics["acc2"] < 0.35, "{:?}", one.metrics);
+    // Control: the two-layer model stopped after 20 steps has neither the head
+    // nor the memories, and both claims fail on it.
+    let short = [
+        SMALL[0],
+        SMALL[1],
+        SMALL[3],
+        "train.steps=20",
+        "run.checkpoints=false",
+    ];
+    let (early, _) = run_kept("birth", "birth-2l", &short);
+    for id in ["induction-head-forms", "output-and-key-memories"] {
+        assert!(!verdict(&early, id), "{id}: {:?}", early.verdicts);
+    }
 }
 
 #[test]
