@@ -372,16 +372,19 @@ fn write_combined(
     let headline = Headline {
         pass: failed == 0,
         badge: if failed == 0 {
-            format!("{} / {} claims", held + findings, judged.len())
+            format!("{} / {}", held + findings, judged.len())
         } else {
             format!("{failed} FAILED")
         },
         text: format!(
-            "{} of {} claims pass their rule over seeds ({findings} of them {}: failing on \
-             some seeds as the authors' code does), {failed} failed; {} runs over {settings} \
+            "{}claims pass their rule over seeds ({findings} of them {}: failing on some \
+             seeds as the authors' code does), {failed} failed; {} runs over {settings} \
              settings.",
-            held + findings,
-            judged.len(),
+            if failed == 0 {
+                String::new()
+            } else {
+                format!("{} of {} ", held + findings, judged.len())
+            },
             if findings == 1 {
                 "a finding"
             } else {
