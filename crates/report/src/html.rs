@@ -87,9 +87,12 @@ pub fn render_html(report: &Report, figures: &[Figure]) -> Result<String, Report
         sections.push(("More figures", blocks, false));
     }
 
-    // Folded sections are detail under a summary: the contents lists the others.
+    // Folded sections are detail under a summary: the contents lists the others,
+    // when there are enough of them to need a list (a report that opens on a
+    // summary table keeps that table on its first screen).
     let open = sections.iter().filter(|s| !s.2).count();
-    if open >= 2 {
+    let folded = sections.len() - open;
+    if open >= 3 || (open == 2 && folded == 0) {
         out.push_str("<nav class=\"toc\"><h2>Contents</h2>\n<ol>\n");
         for (i, (name, _, folded)) in sections.iter().enumerate() {
             if !folded {

@@ -569,7 +569,7 @@ fn paper_rows(judged: &[Judgement]) -> Vec<Vec<String>> {
             let held = mine.iter().filter(|j| j.status == Status::Held).count();
             vec![
                 p.to_string(),
-                format!("{held} of {}", mine.len()),
+                format!("{held}/{}", mine.len()),
                 list(Status::Failed),
                 list(Status::Finding),
             ]
