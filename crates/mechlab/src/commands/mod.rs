@@ -8,6 +8,7 @@ pub mod intervene;
 pub mod patch;
 pub mod report;
 pub mod reproduce;
+mod reproduce_report;
 pub mod slurm;
 pub mod sweep;
 pub mod sweep_folder;
