@@ -152,7 +152,10 @@ pub struct Judgement {
     pub passed: usize,
     pub seeds: usize,
     pub per_seed: Vec<SeedVerdict>,
-    /// The bar the per-seed values are judged against, when there is one.
+    /// The bar the per-seed values are judged against, when there is one: the
+    /// first seed's (a bar measured on the run itself, such as a fraction of its
+    /// uniform-to-Bayes span, differs a little from seed to seed; each seed's own
+    /// is in its run's `summary.json`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
     /// The median, least and greatest per-seed value.
