@@ -35,11 +35,23 @@ use std::collections::BTreeMap;
 pub struct Summary {
     pub experiment: String,
     pub seed: u64,
+    /// A metric that is not a number (a time that never came) is written as
+    /// JSON `null` and read back as NaN.
+    #[serde(deserialize_with = "metrics_with_nan")]
     pub metrics: BTreeMap<String, f64>,
     pub verdicts: Vec<Verdict>,
     /// Absent in files written before measurements existed.
     #[serde(default)]
     pub measurements: Vec<Measurement>,
+}
+
+fn metrics_with_nan<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, f64>, D::Error> {
+    let m = BTreeMap::<String, Option<f64>>::deserialize(d)?;
+    Ok(m.into_iter()
+        .map(|(k, v)| (k, v.unwrap_or(f64::NAN)))
+        .collect())
 }
 
 impl Summary {
@@ -103,5 +115,25 @@ impl Summary {
 
     pub fn all_pass(&self) -> bool {
         self.verdicts.iter().all(|v| v.pass)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Summary;
+
+    /// A time that never came is a NaN metric: written as `null`, it must read back
+    /// (a two-stage run where neither structure forms wrote one and then could not
+    /// read its own summary).
+    #[test]
+    fn a_nan_metric_survives_the_round_trip() {
+        let mut s = Summary::new("x", 1);
+        s.metric("never", f64::NAN);
+        s.metric("one", 1.0);
+        let text = serde_json::to_string(&s).unwrap();
+        assert!(text.contains("\"never\":null"), "{text}");
+        let back: Summary = serde_json::from_str(&text).unwrap();
+        assert!(back.metrics["never"].is_nan());
+        assert_eq!(back.metrics["one"], 1.0);
     }
 }

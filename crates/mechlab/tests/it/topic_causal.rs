@@ -72,6 +72,8 @@ fn tiny_topic_attention_run_has_the_uniform_attention_verdict() {
         uniform: k("uniform"),
         own: k("own"),
         permuted: k("permuted"),
+        se_uniform: k("se_uniform"),
+        se_permuted: k("se_permuted"),
     };
     assert_eq!(v[0].pass, r.holds());
     assert_eq!(r.docs, 200);

@@ -47,7 +47,9 @@ pub struct ProbeConfig {
     pub docs: usize,
     /// Verdict: best dev loss minus the Bayes bound must stay below this (nats).
     pub bound_gap_max: f64,
-    /// Verdict: the shuffled-label control's |gap| must stay below this share of the gap.
+    /// topic-bert's control verdicts: the shuffled-label |gap| must stay below this
+    /// share of the gap (the synthetic and Wikipedia gaps are judged by the
+    /// permutation test of `topic::permutation` instead).
     pub control_max: f64,
     /// Judge the dev loss against the Bayes bound (false: only against its start,
     /// for models whose frozen parts cannot reach the bound).

@@ -14,6 +14,8 @@ pub const PAPER_WV_DIFF: f64 = -0.18;
 /// What the run measured on its best checkpoint.
 pub struct FinalProbes {
     pub probes: Probes,
+    /// The verdicts' permutation tests ([`super::permutation`]).
+    pub perm: super::permutation::Tests,
     pub bound: f64,
     pub test_loss: f64,
     pub early: Early,

@@ -23,6 +23,7 @@ pub mod data;
 pub mod hooks;
 pub mod measure;
 pub mod model;
+pub mod permutation;
 pub mod probes;
 pub mod report;
 pub mod synthetic;

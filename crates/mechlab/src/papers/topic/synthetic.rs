@@ -4,7 +4,8 @@ use super::config::TopicConfig;
 use super::measure::FinalProbes;
 use super::report::report;
 use super::training::{
-    dev_loss, log_probes, make_set, measure, pattern_viewer, record_patterns, value_rows, TopicRun,
+    dev_loss, log_probes, make_set, measure, pattern_viewer, permutation_tests, record_patterns,
+    value_rows, TopicRun,
 };
 use crate::experiment::ExperimentError;
 use crate::papers::topic::data::{bayes_bound, LdaModel};
@@ -78,6 +79,13 @@ pub(super) fn run_typed<T: Float>(
     let fitted = fit(&mut run, &cfg.train, ctx, &mut probe)?;
     run.restore_best();
     let final_probes = measure(&run.model, &dev, docs, nt, &topics, &control);
+    let perm = permutation_tests(
+        &run.model,
+        &dev,
+        if attn_trained { docs } else { 0 },
+        &topics,
+        seed,
+    );
     let pats = record_patterns(&run.model, &dev, 8);
     ctx.record_activations(std::slice::from_ref(&pats))?;
     ctx.figure(&pattern_viewer(&pats, &dev, cfg.data.words_per_topic))?;
@@ -93,6 +101,7 @@ pub(super) fn run_typed<T: Float>(
     };
     let fin = FinalProbes {
         probes: final_probes,
+        perm,
         bound,
         test_loss,
         early: run.early.clone(),

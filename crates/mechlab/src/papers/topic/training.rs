@@ -3,6 +3,7 @@
 
 use crate::papers::topic::data::{generate, mask_docs, LdaConfig, LdaModel, MlmSet};
 use crate::papers::topic::model::{TopicMlm, W_V};
+use crate::papers::topic::permutation::{self, PairSums, Tests};
 use crate::papers::topic::probes::{gram_gap, AttnAccum, AttnStats, DocAttention, Gap};
 use crate::rng::{self, substream, RngState, Stream};
 use crate::run::{Activation, RunCtx, RunError};
@@ -313,6 +314,43 @@ pub fn measure<T: Float>(
     out.attention = a.finish();
     out.attention_control = c.finish();
     out
+}
+
+/// The permutation tests of the final verdicts ([`super::permutation`]): the
+/// value and embedding Gram gaps, and (with `docs > 0`) the attention gap and the
+/// same-topic mass above uniform on `set`'s first `docs` documents.
+pub fn permutation_tests<T: Float>(
+    m: &TopicMlm<T>,
+    set: &MlmSet,
+    docs: usize,
+    topics: &[usize],
+    seed: u64,
+) -> Tests {
+    let (v, d) = (m.d_vocab(), m.d_model());
+    let k = permutation::RELABELLINGS;
+    let value = PairSums::gram(&value_rows(m), v, d, topics);
+    let embedding = PairSums::gram(&m.token_embeddings(), v, d, topics);
+    let mut tests = Tests {
+        value: permutation::test(topics, k, seed, |l| value.gap(l)),
+        embedding: permutation::test(topics, k, seed, |l| embedding.gap(l)),
+        ..Tests::default()
+    };
+    if docs > 0 {
+        let mut a = PairSums::attention(topics);
+        for i in 0..docs.min(set.len()) {
+            let r = set.range(i);
+            let (ids, hidden) = (&set.input[r.clone()], &set.hidden[r]);
+            let pattern = m.attention_pattern(ids, hidden);
+            a.add(&DocAttention {
+                ids,
+                hidden,
+                pattern: &pattern,
+            });
+        }
+        tests.attention_gap = permutation::test(topics, k, seed, |l| a.gap(l));
+        tests.same_mass = permutation::test(topics, k, seed, |l| a.mass_excess(l));
+    }
+    tests
 }
 
 /// The attention patterns of the first `n` dev documents, zero-padded to the
