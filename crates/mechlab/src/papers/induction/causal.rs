@@ -186,6 +186,8 @@ pub const N_CAUSAL: usize = 300;
 /// non-parent head, and patching the parent heads' outputs at the query against
 /// patching a non-parent head. `sel_heads` are the selector's heads, `dist`
 /// each head's distance, `uniform` the uniform-attention baseline (`−log ŷ_y`).
+/// Without a `formed` selector (a majority on the true parents) both verdicts
+/// say "not judged" and fail: there are no parent copiers to test.
 #[allow(clippy::too_many_arguments)]
 pub fn verdicts(
     m: &mut dyn HookedModel,
@@ -195,8 +197,16 @@ pub fn verdicts(
     dist: &[usize],
     uniform: f64,
     floor: f64,
+    formed: bool,
     s: &mut crate::run::summary::Summary,
 ) -> Result<(), HookError> {
+    let not_judged = |m: String| {
+        if formed {
+            m
+        } else {
+            format!("not judged: the selector did not form on the true parents; {m}")
+        }
+    };
     let h = dist.len();
     let (batch, targets) = batch_of(val, N_CAUSAL);
     let clean = mean_nll(&m.run_with_hooks(&batch, &[])?, &targets, floor);
@@ -271,15 +281,15 @@ pub fn verdicts(
             "loss(ablate parent head) ≥ that Bayes loss − 2 s.e.; Δ(ablate non-parent) < the smallest parent Δ (clean {clean:.3}, uniform {uniform:.3})"
         ),
         "derivation in docs/induction.md (\"Causal verdicts\"): the best in-context Bayes posterior mean over the tokens the other heads copy (Baseline::Bayes on every subset of their distances, exact from the chain's Dirichlet prior, the same sequences) is what a predictor without the ablated head can reach; a head outside the winning kernel subset is read by nothing",
-        format!(
+        not_judged(format!(
             "parent heads (head: ablated vs Bayes floor ± s.e.): {}; Δ non-parent heads {other:?}: {}",
             rows.iter()
                 .map(|r| format!("{}: {:.4} vs {:.4} ± {:.4}", r.head, r.loss, r.floor, r.se))
                 .collect::<Vec<_>>()
                 .join(", "),
             if other.is_empty() { "none".to_string() } else { format!("{other_rise:+.4}") }
-        ),
-        ablation_holds(&rows, clean, (!other.is_empty()).then_some(other_rise)),
+        )),
+        formed && ablation_holds(&rows, clean, (!other.is_empty()).then_some(other_rise)),
     )
     .scored(
         rows.iter()
@@ -298,11 +308,11 @@ pub fn verdicts(
         "causal: patching the parent heads' outputs at the query from clean into parent-corrupted sequences recovers most of the probability difference; a non-parent head does not",
         "effect parents ≥ 0.5; effect non-parent ≤ 0.25",
         "Chen et al. 2024: the layer-1 heads copy the parents into the query (the copier), so their outputs carry the parents' effect on the prediction; \"most\" read as ≥ 0.5 and \"does not\" as ≤ 0.25 (our bars; measured 0.976–0.999 against 0.000)",
-        format!(
+        not_judged(format!(
             "parents {parent:?}: {ep:.3}; non-parent {other:?}: {en:.3} (on {} sequences)",
             setup.a.len()
-        ),
-        ep >= 0.5 && en <= 0.25,
+        )),
+        formed && ep >= 0.5 && en <= 0.25,
     )
     .scored(ep, Some(0.5));
     Ok(())

@@ -116,14 +116,26 @@ pub(super) fn summary<T: Float, M: InductionModel<T> + HookedModel>(
             sel.distances == *truth && sel.share > 0.5,
         )
         .scored(sel.share, Some(0.5));
+        // A selector with no majority has converged to nothing: at initialisation
+        // every subset holds the same share and the tie goes to the initial
+        // windows, which are the chain's parents in the default setting.
+        let converged = sel.share > 0.5;
         s.verdict(
             "induction.selector-mi",
             "selector = argmax of the modified χ² mutual information (|P| ≤ D)",
-            &format!("{mi_best:?}"),
-            "Chen et al. 2024: the selector converges to the parent set maximising the modified χ² mutual information over |P| ≤ D (their main theorem)",
-            format!("{:?}", sel.distances),
-            sel.distances == *mi_best,
-        );
+            &format!("{mi_best:?}, held by a majority of the selector (share > 0.5)"),
+            "Chen et al. 2024: the selector converges to the parent set maximising the modified χ² mutual information over |P| ≤ D (their main theorem); a winner without a majority has not converged",
+            if converged {
+                format!("{:?} (share {:.3})", sel.distances, sel.share)
+            } else {
+                format!(
+                    "not judged: no subset holds a majority (winner {:?}, share {:.3})",
+                    sel.distances, sel.share
+                )
+            },
+            converged && sel.distances == *mi_best,
+        )
+        .scored(sel.share, Some(0.5));
         let (pu, pb) = (pick(uniform), pick(bayes));
         let vloss = if code { val_code } else { val_nll };
         s.verdict(
@@ -136,8 +148,11 @@ pub(super) fn summary<T: Float, M: InductionModel<T> + HookedModel>(
         )
         .scored(vloss, Some(pu - 0.5 * (pu - pb)));
         let dist = probe::head_distances::<T, M>(model);
+        // The causal claims are about the parent copiers the selector reads; with
+        // no selector formed there are none to ablate or patch.
+        let formed = converged && sel.distances == *truth;
         causal::verdicts(
-            model, val, truth, &sel.heads, &dist, uniform.1, floor, &mut s,
+            model, val, truth, &sel.heads, &dist, uniform.1, floor, formed, &mut s,
         )
         .map_err(|e| bad(e.to_string()))?;
     }
