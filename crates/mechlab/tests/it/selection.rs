@@ -218,6 +218,34 @@ fn gradient_flow_selects_the_signal_token_at_maximum_margin_and_swapping_fails()
     assert!(bad.metrics["attn_mass"] < 0.1, "{bad:?}");
 }
 
+/// Controls on which the other verdicts fail: with ⟨cls⟩ never trained (p = 0,
+/// attention uniform, every score 0) no token is selected, so removing the "top"
+/// one is removing an arbitrary one and the scores have no shape; with E far
+/// from orthogonal to v at init the one-step formula (exact only from f = 0)
+/// misses by more than its first-order tolerance.
+#[test]
+fn untrained_attention_and_a_broken_one_step_premise_fail_their_verdicts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let stages = r#"train.stages=[{name="one_step",groups=["embed"],steps=1,lr=100.0,optimizer="sgd"}]"#;
+    let u = run_preset("selection-synthetic", &[stages], &tmp.path().join("u")).unwrap();
+    assert!(verdict(&u, "selection.one-step"), "{u:?}");
+    for id in [
+        "selection.max-margin",
+        "selection.causal-top-token",
+        "selection.u-shape",
+    ] {
+        assert!(!verdict(&u, id), "{id}: {u:?}");
+    }
+    assert!(u.metrics["causal.flip_sign_test_p"] > 0.05, "{u:?}");
+    let o = run_preset(
+        "selection-synthetic",
+        &["model.e_orthogonal_to_v=false", "model.init_e=10.0"],
+        &tmp.path().join("o"),
+    )
+    .unwrap();
+    assert!(!verdict(&o, "selection.one-step"), "{o:?}");
+}
+
 #[test]
 fn swapped_selection_gives_a_different_max_margin_direction() {
     // Direct form of the control, on a problem where the swapped SVM is feasible:

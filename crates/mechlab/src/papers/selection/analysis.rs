@@ -82,7 +82,8 @@ pub fn intervene(
     )?;
     let mut model = load(cfg, run, req.step)?;
     let test = test_set(cfg)?;
-    let (n, top, rnd) = causal::token_ablation(model.as_mut(), &test, N_TEST)?;
+    let fl = causal::token_ablation(model.as_mut(), &test, N_TEST)?;
+    let (n, top, rnd) = (fl.reviews, fl.top, fl.random);
     let share = |k: usize| k as f64 / n.max(1) as f64;
     Ok(Interventions {
         data: format!("{n} test reviews with at least two tokens"),

@@ -29,17 +29,54 @@ pub fn other_position(k: usize, len: usize, top: usize) -> usize {
     }
 }
 
+/// The flips of [`token_ablation`], with the reviews on which only one of the
+/// two removals flips the prediction (the discordant pairs a paired test reads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flips {
+    pub reviews: usize,
+    pub top: usize,
+    pub random: usize,
+    pub top_only: usize,
+    pub random_only: usize,
+}
+
+impl Flips {
+    /// The one-sided exact sign test (McNemar's, exact) of "removing the top
+    /// token flips more often": `P(X ≥ top_only)` for `X ~ Bin(top_only +
+    /// random_only, ½)`, the chance of so lopsided a split if both removals
+    /// flipped alike.
+    pub fn p_value(&self) -> f64 {
+        let n = (self.top_only + self.random_only) as u64;
+        let ln_fact = |m: u64| (1..=m).map(|i| (i as f64).ln()).sum::<f64>();
+        (self.top_only as u64..=n)
+            .map(|x| (ln_fact(n) - ln_fact(x) - ln_fact(n - x) - n as f64 * 2f64.ln()).exp())
+            .sum::<f64>()
+            .min(1.0)
+    }
+}
+
 /// Flips when each review's top-scoring token is removed, and when a random
-/// other token is removed: `(reviews, flips top, flips random)` over the first
-/// `n` reviews of `data` with at least two tokens.
+/// other token is removed, over the first `n` reviews of `data` with at least
+/// two tokens.
+///
+/// ```
+/// use mechlab::papers::selection::causal::Flips;
+/// let f = Flips { reviews: 100, top: 12, random: 2, top_only: 10, random_only: 0 };
+/// assert!((f.p_value() - 0.5f64.powi(10)).abs() < 1e-12);
+/// let tie = Flips { top_only: 5, random_only: 5, ..f };
+/// assert!(tie.p_value() > 0.5);
+/// ```
 pub fn token_ablation(
     m: &mut dyn HookedModel,
     data: &SeqData,
     n: usize,
-) -> Result<(usize, usize, usize), HookError> {
+) -> Result<Flips, HookError> {
     let t = data.n_ctx;
     let ks: Vec<usize> = (0..data.n.min(n)).filter(|&k| data.lens[k] >= 2).collect();
-    let (mut top_flips, mut rand_flips) = (0, 0);
+    let mut out = Flips {
+        reviews: ks.len(),
+        ..Flips::default()
+    };
     for chunk in ks.chunks(CHUNK) {
         let mut tokens = Vec::with_capacity(chunk.len() * t);
         for &k in chunk {
@@ -63,7 +100,8 @@ pub fn token_ablation(
             top.data[(b * t + best) * d..][..d].fill(0.0);
             rnd.data[(b * t + other) * d..][..d].fill(0.0);
         }
-        for (patch, flips) in [(top, &mut top_flips), (rnd, &mut rand_flips)] {
+        let mut flipped = [Vec::new(), Vec::new()];
+        for (patch, fl) in [top, rnd].into_iter().zip(flipped.iter_mut()) {
             let hook = Hook {
                 name: names[0].into(),
                 ablation: Ablation::patch(patch),
@@ -71,13 +109,19 @@ pub fn token_ablation(
                 positions: None,
             };
             let g = m.run_with_hooks(&batch, &[hook])?;
-            *flips += f
+            *fl = f
                 .data
                 .iter()
                 .zip(&g.data)
-                .filter(|(a, b)| (**a > 0.0) != (**b > 0.0))
-                .count();
+                .map(|(a, b)| (*a > 0.0) != (*b > 0.0))
+                .collect();
+        }
+        for (&a, &b) in flipped[0].iter().zip(&flipped[1]) {
+            out.top += usize::from(a);
+            out.random += usize::from(b);
+            out.top_only += usize::from(a && !b);
+            out.random_only += usize::from(b && !a);
         }
     }
-    Ok((ks.len(), top_flips, rand_flips))
+    Ok(out)
 }
