@@ -124,12 +124,34 @@ fn the_sequence_output_turns_to_the_svm_of_every_querys_selection() {
     assert!(bad.metrics["corr_sel"] < 0.5, "{bad:?}");
 }
 
+/// (K, Q) leaves the Frobenius direction at low rank; the control is GD on W
+/// itself (no factorisation, so no nuclear-norm bias) on the same data: the same
+/// rule, read on that run, fails.
 #[test]
 fn kq_training_leaves_the_frobenius_direction() {
+    use mechlab::papers::attention_svm::verdicts::kq_low_rank;
     let tmp = tempfile::tempdir().unwrap();
-    let s = run_preset("attention-svm-kq", &[], tmp.path()).unwrap();
+    let s = run_preset("attention-svm-kq", &[], &tmp.path().join("kq")).unwrap();
     assert!(s.metrics["corr_sel"] < 0.9, "{s:?}");
     assert!(s.metrics["w_norm"] > 10.0, "{s:?}");
+    let v = s
+        .verdicts
+        .iter()
+        .find(|v| v.id == "attention-svm.kq-low-rank")
+        .expect("emitted");
+    assert!(v.pass, "{v:?}");
+    let rule = |s: &mechlab::run::summary::Summary| {
+        kq_low_rank(
+            s.metrics.get("corr_sel").copied(),
+            s.metrics["rank_w"] as usize,
+            s.metrics.get("rank_mm").map(|r| *r as usize),
+            0.99,
+        )
+    };
+    assert!(rule(&s));
+    let w = run_preset("attention-svm-w", &[], &tmp.path().join("w")).unwrap();
+    assert!(!rule(&w), "{w:?}");
+    assert!(w.metrics["rank_w"] >= w.metrics["rank_mm"], "{w:?}");
 }
 
 /// With the authors' algorithm, W = K Qᵀ turns to the nuclear-norm SVM of its

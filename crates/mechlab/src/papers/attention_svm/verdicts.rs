@@ -29,6 +29,14 @@ pub(super) mod sources {
     pub const LOCAL: &str = "TF-as-SVM: Definition 2 (locally optimal tokens) and its local-convergence result; the authors' code in the local setting (n = 24, T = 4, d = 3): corr 0.958–0.9999 and 4 of 5 seeds locally optimal at 2 000 steps";
 }
 
+/// The rule of `attention-svm.kq-low-rank`: W = K Qᵀ has not turned to the
+/// Frobenius SVM direction (`corr_sel < th`) and has lower rank than it. GD on W
+/// itself does the opposite, which is the control: the same rule on a
+/// `attention-svm-w` run fails (`tests/it/attention_svm.rs`).
+pub fn kq_low_rank(corr_sel: Option<f64>, rank_w: usize, rank_mm: Option<usize>, th: f64) -> bool {
+    corr_sel.is_some_and(|c| c < th) && rank_mm.is_some_and(|r| rank_w < r)
+}
+
 /// The run's summary: its metrics, one verdict per claim of its setting, and the
 /// regularisation path as a measurement.
 pub(super) fn summary(
@@ -105,7 +113,7 @@ pub(super) fn summary(
                     f(last.corr_sel),
                     rank_mm.map_or("n/a".into(), |r| r.to_string())
                 ),
-                last.corr_sel.is_some_and(|c| c < th) && rank_mm.is_some_and(|r| rank_w < r),
+                kq_low_rank(last.corr_sel, rank_w, rank_mm, th),
             )
             .scored(last.corr_sel.unwrap_or(f64::NAN), Some(th));
             s.verdict(
