@@ -39,6 +39,10 @@ fn two_layers_form_induction_heads_and_one_layer_forms_none() {
     // the control: one layer, same data and training, no induction head
     let one = run_preset("lm-induction-repeated-1l", &[]);
     assert!(verdict(&one, "one-layer-forms-none"));
+    // its control: the same rule read on the two-layer run fails
+    assert!(!mechlab::papers::lm_induction::verdicts::forms_none(
+        s.metrics["induction_best"]
+    ));
     assert!(one.metrics["induction_best"] < 0.2, "{:?}", one.metrics);
     // without the second layer the repeats stay unpredictable
     assert!(one.metrics["rep_loss"] > 3.0 && s.metrics["rep_loss"] < 2.0);

@@ -226,7 +226,8 @@ fn gradient_flow_selects_the_signal_token_at_maximum_margin_and_swapping_fails()
 #[test]
 fn untrained_attention_and_a_broken_one_step_premise_fail_their_verdicts() {
     let tmp = tempfile::tempdir().unwrap();
-    let stages = r#"train.stages=[{name="one_step",groups=["embed"],steps=1,lr=100.0,optimizer="sgd"}]"#;
+    let stages =
+        r#"train.stages=[{name="one_step",groups=["embed"],steps=1,lr=100.0,optimizer="sgd"}]"#;
     let u = run_preset("selection-synthetic", &[stages], &tmp.path().join("u")).unwrap();
     assert!(verdict(&u, "selection.one-step"), "{u:?}");
     for id in [

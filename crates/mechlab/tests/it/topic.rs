@@ -365,7 +365,11 @@ fn two_stage_is_not_judged_when_no_structure_forms() {
         &tmp.path().join("b"),
         table("topic-two-stage", &["train.steps=600", NO_TOPICS]),
     );
-    let v = b.verdicts.iter().find(|v| v.id == "topic.two-stage").unwrap();
+    let v = b
+        .verdicts
+        .iter()
+        .find(|v| v.id == "topic.two-stage")
+        .unwrap();
     assert!(!v.pass && v.measured.contains("not judged"), "{v:?}");
     assert!(!passes(&b, "topic.value-gap"));
 }

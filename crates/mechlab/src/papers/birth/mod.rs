@@ -25,7 +25,7 @@ pub mod data;
 pub mod model;
 pub mod probes;
 mod report;
-mod verdicts;
+pub mod verdicts;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};

@@ -12,6 +12,14 @@ pub mod ids {
 
 const SOURCE: &str = "Bietti et al. 2023 (arXiv:2306.00802), Sections 3–5 and the authors' ihead_basic_main.py probes; level 1/2: docs/birth.md";
 
+/// The rule of `one-layer-fails`, from the accuracy at a trigger's second
+/// occurrence. It says what a mechanism's absence looks like, so its control is
+/// a model that has the mechanism: read on a trained two-layer run it fails
+/// (`tests/it/birth.rs`).
+pub fn one_layer_fails(acc2: f64) -> bool {
+    acc2 <= MAJORITY
+}
+
 pub fn summary(cfg: &BirthConfig, m: &Measured) -> Summary {
     let mut s = Summary::new("birth", cfg.seed);
     let f = &m.fin;
@@ -32,7 +40,7 @@ pub fn summary(cfg: &BirthConfig, m: &Measured) -> Summary {
                 "accuracy at the second occurrence {:.3}; from the second occurrence on {:.3} (at initialisation {:.3})",
                 f.acc2, f.acc, m.init.acc
             ),
-            f.acc2 <= MAJORITY,
+            one_layer_fails(f.acc2),
         )
         .scored(f.acc2, Some(MAJORITY));
         return s;

@@ -25,7 +25,7 @@ mod measure;
 pub mod ov;
 pub mod probes;
 mod report;
-mod verdicts;
+pub mod verdicts;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};

@@ -19,6 +19,14 @@ fn heads(hs: &[(usize, usize)]) -> String {
     v.join(", ")
 }
 
+/// The rule of `one-layer-forms-none`, from the best head's induction score.
+/// It says what a mechanism's absence looks like, so its control is a model that
+/// has the mechanism: read on a trained two-layer run it fails
+/// (`tests/it/lm_induction.rs`).
+pub fn forms_none(best: f64) -> bool {
+    best <= INDUCTION_THRESHOLD
+}
+
 pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
     let mut s = Summary::new("lm-induction", cfg.seed);
     s.metric("final_train_loss", m.final_train_loss);
@@ -57,7 +65,7 @@ pub fn summary(cfg: &LmConfig, m: &Measured) -> Summary {
             &format!("no head's induction score above {INDUCTION_THRESHOLD}"),
             SOURCE,
             best_line,
-            best <= INDUCTION_THRESHOLD,
+            forms_none(best),
         )
         .scored(best, Some(INDUCTION_THRESHOLD));
         return s;

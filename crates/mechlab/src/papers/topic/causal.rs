@@ -274,7 +274,9 @@ pub fn patched_doc_losses<T: Float>(
         for (k, s) in sums.iter_mut().enumerate() {
             let logits = match patcher(k, &own, &b, i) {
                 None => clean.clone(),
-                Some(t) => m.run_with_hooks(&b, &[hook(PATTERN, Ablation::patch(t), None, None)])?,
+                Some(t) => {
+                    m.run_with_hooks(&b, &[hook(PATTERN, Ablation::patch(t), None, None)])?
+                }
             };
             *s = doc_loss_sum(&logits, &b.targets, kind);
         }

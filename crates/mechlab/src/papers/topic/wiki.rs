@@ -214,7 +214,14 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
     let docs = cfg.probe.docs;
     let perm = [&t.lda_topics, &t.gold_topics]
         .map(|topics| permutation_tests(&run.model, &d.dev, docs, topics, seed));
-    let s = summary(seed, &d, &t, &run, fitted.steps, [(&pl, &perm[0]), (&pg, &perm[1])]);
+    let s = summary(
+        seed,
+        &d,
+        &t,
+        &run,
+        fitted.steps,
+        [(&pl, &perm[0]), (&pg, &perm[1])],
+    );
     figures(ctx)?;
     let (w, v, articles, path) = (&cfg.wiki, d.corpus.vocab.len(), d.articles, &d.path);
     let (ppl, uni, top) = (t.perplexity, t.unigram, &t.top);
