@@ -65,6 +65,22 @@ fn shortened_run_and_a_bad_model_folder() {
     );
     assert!(g > 0.0 && c.abs() < 0.25 * g, "gap {g}, control {c}");
     assert!(s.metrics["lda_attention_gap_layer0"].is_finite());
+    // The permutation tests: the embedding gap of the real labels beats every
+    // relabelling; the same tests with shuffled labels, where no topic can be,
+    // do not (the control on which the gap verdicts fail).
+    let embedding = s
+        .verdicts
+        .iter()
+        .find(|v| v.id == "topic-bert.lda.embedding-gap")
+        .unwrap();
+    assert!(embedding.pass, "{embedding:?}");
+    assert!(s.metrics["lda_perm.embedding_dot_gap_p"] <= 0.05);
+    for src in ["lda_shuffled", "gold_shuffled"] {
+        for k in ["embedding_dot_gap", "attention_gap_mean"] {
+            let p = s.metrics[&format!("{src}_perm.{k}_p")];
+            assert!(p > 0.05, "{src} {k}: p = {p}");
+        }
+    }
     // Every head of the six layers, in the viewer and in the activation file alike.
     assert_eq!(viewer_matches_activations(&dir, "attention"), 72);
     // Inspecting the run gives the pretrained encoder it read (it trains nothing: step 0 only).

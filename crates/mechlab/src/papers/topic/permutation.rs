@@ -50,7 +50,7 @@ pub struct PairSums {
 }
 
 impl PairSums {
-    fn empty(topic: &[usize]) -> Self {
+    fn empty(topic: &[usize], with_uniform: bool) -> Self {
         let ids: Vec<usize> = (0..topic.len())
             .filter(|&i| topic[i] != usize::MAX)
             .collect();
@@ -64,14 +64,18 @@ impl PairSums {
             ids,
             sum: vec![0.0; n * n],
             count: vec![0.0; n * n],
-            uniform: vec![0.0; n * n],
+            uniform: if with_uniform {
+                vec![0.0; n * n]
+            } else {
+                Vec::new()
+            },
             queries: 0.0,
         }
     }
 
     /// The off-diagonal Gram entries `⟨r_i, r_j⟩` of `rows: [n_ids, d]`.
     pub fn gram(rows: &[f64], n_ids: usize, d: usize, topic: &[usize]) -> Self {
-        let mut p = Self::empty(&topic[..n_ids]);
+        let mut p = Self::empty(&topic[..n_ids], false);
         let n = p.ids.len();
         for a in 0..n {
             let ra = &rows[p.ids[a] * d..][..d];
@@ -88,7 +92,26 @@ impl PairSums {
 
     /// An empty attention table for token ids `0..topic.len()`.
     pub fn attention(topic: &[usize]) -> Self {
-        Self::empty(topic)
+        Self::empty(topic, true)
+    }
+
+    /// An empty table of plain pair values for ids `0..topic.len()`, filled by
+    /// [`PairSums::add_pair`] (no uniform share: [`PairSums::mass_excess`] reads 0).
+    pub fn pairs(topic: &[usize]) -> Self {
+        Self::empty(topic, false)
+    }
+
+    /// Adds one observation `x` of the pair `(a, b)` of ids; pairs of one id, or
+    /// with an id that has no topic, are left out.
+    pub fn add_pair(&mut self, a: usize, b: usize, x: f64) {
+        let row = |i: usize| self.row.get(i).copied().flatten();
+        if let (Some(ra), Some(rb)) = (row(a), row(b)) {
+            if ra != rb {
+                let n = self.ids.len();
+                self.sum[ra * n + rb] += x;
+                self.count[ra * n + rb] += 1.0;
+            }
+        }
     }
 
     /// Adds one document's attention: every visible word query against every
@@ -131,7 +154,7 @@ impl PairSums {
                 let ab = a * n + b;
                 out[k][0] += self.sum[ab];
                 out[k][1] += self.count[ab];
-                out[k][2] += self.uniform[ab];
+                out[k][2] += self.uniform.get(ab).copied().unwrap_or(0.0);
             }
         }
         out
