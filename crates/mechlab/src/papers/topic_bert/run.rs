@@ -123,21 +123,28 @@ pub(super) fn run(ctx: &mut RunCtx, cfg: &TopicBertConfig) -> Result<Summary, Ex
     ];
     let emb = embeddings(cfg, &bert, &tok, &index, &sources, seed);
     let ar = attention(cfg, &mut bert, &tok, &wt, &index, &sources)?;
-    let tests = [(&wt.lda, &ar.tables[0]), (&wt.gold, &ar.tables[1])].map(|(topics, t)| {
-        (
-            embedding_test(&bert, &tok, &index, topics, seed),
-            permutation::test(topics, RELABELLINGS, seed, |l| t.gap(l)),
-        )
+    // Each labelling's tests, and the same tests with its shuffled control as
+    // the labels, where no topic can be: the measurement on which the gap
+    // verdicts must fail.
+    let [lda, gold] = [
+        (&wt.lda, &lda_ctrl, &ar.tables[0]),
+        (&wt.gold, &gold_ctrl, &ar.tables[1]),
+    ]
+    .map(|(topics, ctrl, t)| {
+        let [e, ec] = embedding_tests(&bert, &tok, &index, [topics, ctrl], seed);
+        let attn = |l: &[usize]| permutation::test(l, RELABELLINGS, seed, |x| t.gap(x));
+        [(e, attn(topics)), (ec, attn(ctrl))]
     });
-    let (mut s, table) = summary(cfg, seed, &emb, &ar, &tests, load_secs, wt.lda_seconds);
-    // The same tests with each labelling's shuffled control as the labels, where
-    // no topic can be: the measurement on which the gap verdicts must fail.
-    for (src, topics, t) in [
-        ("lda_shuffled", &lda_ctrl, &ar.tables[0]),
-        ("gold_shuffled", &gold_ctrl, &ar.tables[1]),
-    ] {
-        let e = embedding_test(&bert, &tok, &index, topics, seed);
-        let a = permutation::test(topics, RELABELLINGS, seed, |l| t.gap(l));
+    let (mut s, table) = summary(
+        cfg,
+        seed,
+        &emb,
+        &ar,
+        &[lda[0], gold[0]],
+        load_secs,
+        wt.lda_seconds,
+    );
+    for (src, (e, a)) in [("lda_shuffled", lda[1]), ("gold_shuffled", gold[1])] {
         s.metric(&format!("{src}_perm.embedding_dot_gap_p"), e.p);
         s.metric(&format!("{src}_perm.attention_gap_mean_p"), a.p);
     }
@@ -191,20 +198,22 @@ fn embeddings(
         .collect()
 }
 
-/// The embedding gap of one labelling against its relabellings
-/// ([`crate::papers::topic::permutation`]), over the rows of the model-vocabulary
-/// words that have a topic: the same pairs as [`embedding_probe`]'s two topic
-/// classes.
-fn embedding_test(
+/// The embedding gap of a labelling and of its shuffled control against their
+/// relabellings ([`crate::papers::topic::permutation`]), over the rows of the
+/// model-vocabulary words that have a topic: the same pairs as
+/// [`embedding_probe`]'s two topic classes. A shuffle keeps which words have a
+/// topic, so both read one Gram table.
+fn embedding_tests(
     bert: &Bert,
     tok: &PretrainedTokenizer,
     index: &HashMap<&str, usize>,
-    topics: &[usize],
+    [topics, ctrl]: [&[usize]; 2],
     seed: u64,
-) -> Permuted {
+) -> [Permuted; 2] {
     let v = bert.config.d_vocab.min(tok.vocab_size());
     let d = bert.config.d_model;
     let vt = vocab_topics(tok, v, index, topics);
+    let vc = vocab_topics(tok, v, index, ctrl);
     let ids: Vec<usize> = (0..v).filter(|&i| vt[i] < EXCLUDED).collect();
     let w = &bert.weights().word;
     let rows: Vec<f64> = ids
@@ -213,7 +222,8 @@ fn embedding_test(
         .collect();
     let compact: Vec<usize> = ids.iter().map(|&i| vt[i]).collect();
     let g = PairSums::gram(&rows, ids.len(), d, &compact);
-    permutation::test(&compact, RELABELLINGS, seed, |l| g.gap(l))
+    [compact, ids.iter().map(|&i| vc[i]).collect::<Vec<_>>()]
+        .map(|l| permutation::test(&l, RELABELLINGS, seed, |x| g.gap(x)))
 }
 
 /// The attention probe of each topic labelling on the held-out lead sections.
