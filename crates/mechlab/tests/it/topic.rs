@@ -279,6 +279,8 @@ fn value_matrix_learns_topic_blocks_and_not_without_topic_structure() {
     assert!(gb.abs() < 0.01 * g, "no-topic gap {gb} vs {g}");
     assert!(!passes(&b, "topic.value-gap"), "{:?}", b.verdicts);
     assert!(m(&b, "perm.value_gap_p") > 0.05);
+    // and on the trained run, the same test with shuffled labels fails
+    assert!(m(&s, "perm_control.value_gap_p") > 0.05);
     // and a model one step from its start is far above the Bayes bound
     let u = run(
         &tmp.path().join("u"),
@@ -467,6 +469,12 @@ fn wikipedia_embeddings_group_lda_topics_and_broken_files_are_named() {
     );
     assert!(g > 0.0 && c.abs() < 0.2 * g, "gap {g}, control {c}");
     assert!(m(&s, "lda_perplexity") < m(&s, "unigram_perplexity"));
+    for tag in ["lda", "gold"] {
+        assert!(passes(&s, &format!("topic.wikipedia.{tag}.embedding-gap")));
+        // the same test with the shuffled labels, where no topic can be, fails
+        let p = m(&s, &format!("{tag}_shuffled_perm.embedding_gap_p"));
+        assert!(p > 0.05, "{tag}: p = {p}");
+    }
     let bytes = std::fs::read(&file).unwrap();
     let cut = tmp.path().join("cut.json");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();

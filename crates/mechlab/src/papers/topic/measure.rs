@@ -16,6 +16,8 @@ pub struct FinalProbes {
     pub probes: Probes,
     /// The verdicts' permutation tests ([`super::permutation`]).
     pub perm: super::permutation::Tests,
+    /// The same tests with the shuffled labels (`*_control`) as the labels.
+    pub perm_control: super::permutation::Tests,
     pub bound: f64,
     pub test_loss: f64,
     pub early: Early,

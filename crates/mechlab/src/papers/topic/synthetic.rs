@@ -79,11 +79,11 @@ pub(super) fn run_typed<T: Float>(
     let fitted = fit(&mut run, &cfg.train, ctx, &mut probe)?;
     run.restore_best();
     let final_probes = measure(&run.model, &dev, docs, nt, &topics, &control);
-    let perm = permutation_tests(
+    let [perm, perm_control] = permutation_tests(
         &run.model,
         &dev,
         if attn_trained { docs } else { 0 },
-        &topics,
+        [&topics, &control],
         seed,
     );
     let pats = record_patterns(&run.model, &dev, 8);
@@ -102,6 +102,7 @@ pub(super) fn run_typed<T: Float>(
     let fin = FinalProbes {
         probes: final_probes,
         perm,
+        perm_control,
         bound,
         test_loss,
         early: run.early.clone(),

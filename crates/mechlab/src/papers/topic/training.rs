@@ -316,26 +316,24 @@ pub fn measure<T: Float>(
     out
 }
 
-/// The permutation tests of the final verdicts ([`super::permutation`]): the
-/// value and embedding Gram gaps, and (with `docs > 0`) the attention gap and the
-/// same-topic mass above uniform on `set`'s first `docs` documents.
+/// The permutation tests of the final verdicts ([`super::permutation`]) under
+/// the true labels `topics` and under their shuffled `control` (where no topic
+/// can be, so the tests must fail there): the value and embedding Gram gaps,
+/// and (with `docs > 0`) the attention gap and the same-topic mass above uniform
+/// on `set`'s first `docs` documents. A shuffle keeps which words have a topic,
+/// so both labellings read the same tables.
 pub fn permutation_tests<T: Float>(
     m: &TopicMlm<T>,
     set: &MlmSet,
     docs: usize,
-    topics: &[usize],
+    [topics, control]: [&[usize]; 2],
     seed: u64,
-) -> Tests {
+) -> [Tests; 2] {
     let (v, d) = (m.d_vocab(), m.d_model());
     let k = permutation::RELABELLINGS;
     let value = PairSums::gram(&value_rows(m), v, d, topics);
     let embedding = PairSums::gram(&m.token_embeddings(), v, d, topics);
-    let mut tests = Tests {
-        value: permutation::test(topics, k, seed, |l| value.gap(l)),
-        embedding: permutation::test(topics, k, seed, |l| embedding.gap(l)),
-        ..Tests::default()
-    };
-    if docs > 0 {
+    let attention = (docs > 0).then(|| {
         let mut a = PairSums::attention(topics);
         for i in 0..docs.min(set.len()) {
             let r = set.range(i);
@@ -347,10 +345,20 @@ pub fn permutation_tests<T: Float>(
                 pattern: &pattern,
             });
         }
-        tests.attention_gap = permutation::test(topics, k, seed, |l| a.gap(l));
-        tests.same_mass = permutation::test(topics, k, seed, |l| a.mass_excess(l));
-    }
-    tests
+        a
+    });
+    [topics, control].map(|l| {
+        let mut t = Tests {
+            value: permutation::test(l, k, seed, |x| value.gap(x)),
+            embedding: permutation::test(l, k, seed, |x| embedding.gap(x)),
+            ..Tests::default()
+        };
+        if let Some(a) = &attention {
+            t.attention_gap = permutation::test(l, k, seed, |x| a.gap(x));
+            t.same_mass = permutation::test(l, k, seed, |x| a.mass_excess(x));
+        }
+        t
+    })
 }
 
 /// The attention patterns of the first `n` dev documents, zero-padded to the

@@ -47,8 +47,10 @@ pub fn summary(
     {
         s.metric(k, v);
     }
-    for (k, v) in f.perm.metrics("perm.") {
-        s.metric(&k, v);
+    for (prefix, t) in [("perm.", &f.perm), ("perm_control.", &f.perm_control)] {
+        for (k, v) in t.metrics(prefix) {
+            s.metric(&k, v);
+        }
     }
     const GAP_SOURCE: &str = "Li, Li, Risteski 2023: same-topic words get similar value columns and embeddings and attend to each other (their results on W_V, E and attention); the test: under no topic structure the true word-topic labels are exchangeable with random relabellings of the same topic sizes, so the share of 199 relabellings at or above the gap is an exact p-value (docs/topic.md, \"Verdicts\")";
     if cfg.probe.expect_bound {

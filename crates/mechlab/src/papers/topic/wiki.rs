@@ -212,16 +212,26 @@ pub fn run_wiki<T: Float>(ctx: &mut RunCtx, cfg: &TopicConfig) -> Result<Summary
     let t = wiki_topics(cfg, seed, &d, ctx)?;
     let (run, fitted, pl, pg) = train::<T>(cfg, seed, &mut d, &t, ctx)?;
     let docs = cfg.probe.docs;
-    let perm = [&t.lda_topics, &t.gold_topics]
-        .map(|topics| permutation_tests(&run.model, &d.dev, docs, topics, seed));
-    let s = summary(
+    // Each labelling's tests, and the same tests with its shuffled control as the
+    // labels, where no topic can be (the measurement on which the verdicts fail).
+    let [lda, gold] = [
+        [&t.lda_topics[..], &t.lda_control[..]],
+        [&t.gold_topics[..], &t.gold_control[..]],
+    ]
+    .map(|labels| permutation_tests(&run.model, &d.dev, docs, labels, seed));
+    let mut s = summary(
         seed,
         &d,
         &t,
         &run,
         fitted.steps,
-        [(&pl, &perm[0]), (&pg, &perm[1])],
+        [(&pl, &lda[0]), (&pg, &gold[0])],
     );
+    for (tag, c) in [("lda_shuffled", &lda[1]), ("gold_shuffled", &gold[1])] {
+        for (k, x) in c.metrics(&format!("{tag}_perm.")) {
+            s.metric(&k, x);
+        }
+    }
     figures(ctx)?;
     let (w, v, articles, path) = (&cfg.wiki, d.corpus.vocab.len(), d.articles, &d.path);
     let (ppl, uni, top) = (t.perplexity, t.unigram, &t.top);
