@@ -44,6 +44,8 @@ pub struct PairSums {
     /// Row → token id.
     ids: Vec<usize>,
     sum: Vec<f64>,
+    /// Observations per pair; empty for a Gram table, where every off-diagonal
+    /// pair is one observation and the counts follow from the topic sizes.
     count: Vec<f64>,
     uniform: Vec<f64>,
     queries: f64,
@@ -52,7 +54,7 @@ pub struct PairSums {
 }
 
 impl PairSums {
-    fn empty(topic: &[usize], with_uniform: bool) -> Self {
+    fn empty(topic: &[usize], counted: bool, with_uniform: bool) -> Self {
         let ids: Vec<usize> = (0..topic.len())
             .filter(|&i| topic[i] != usize::MAX)
             .collect();
@@ -65,7 +67,11 @@ impl PairSums {
             row,
             ids,
             sum: vec![0.0; n * n],
-            count: vec![0.0; n * n],
+            count: if counted {
+                vec![0.0; n * n]
+            } else {
+                Vec::new()
+            },
             uniform: if with_uniform {
                 vec![0.0; n * n]
             } else {
@@ -78,7 +84,7 @@ impl PairSums {
 
     /// The off-diagonal Gram entries `⟨r_i, r_j⟩` of `rows: [n_ids, d]`.
     pub fn gram(rows: &[f64], n_ids: usize, d: usize, topic: &[usize]) -> Self {
-        let mut p = Self::empty(&topic[..n_ids], false);
+        let mut p = Self::empty(&topic[..n_ids], false, false);
         let n = p.ids.len();
         for a in 0..n {
             let ra = &rows[p.ids[a] * d..][..d];
@@ -86,7 +92,6 @@ impl PairSums {
                 if a != b {
                     let rb = &rows[p.ids[b] * d..][..d];
                     p.sum[a * n + b] = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-                    p.count[a * n + b] = 1.0;
                 }
             }
         }
@@ -95,13 +100,13 @@ impl PairSums {
 
     /// An empty attention table for token ids `0..topic.len()`.
     pub fn attention(topic: &[usize]) -> Self {
-        Self::empty(topic, true)
+        Self::empty(topic, true, true)
     }
 
     /// An empty table of plain pair values for ids `0..topic.len()`, filled by
     /// [`PairSums::add_pair`] (no uniform share: [`PairSums::mass_excess`] reads 0).
     pub fn pairs(topic: &[usize]) -> Self {
-        Self::empty(topic, false)
+        Self::empty(topic, true, false)
     }
 
     /// Adds one observation `x` of the pair `(a, b)` of ids; pairs of one id, or
@@ -153,7 +158,8 @@ impl PairSums {
     /// Only the same-topic sums are accumulated (different = total − same), by
     /// visiting each topic's block of rows and columns: `Σ_t n_t²` entries rather
     /// than `n²`, a topic count's factor fewer.
-    fn split(&self, topic: &[usize]) -> [[f64; 3]; 2] {
+    /// Tables not in `need` (or absent) read 0, except a Gram table's counts.
+    fn split(&self, topic: &[usize], need: [bool; 3]) -> [[f64; 3]; 2] {
         let n = self.ids.len();
         let mut order: Vec<(usize, usize)> = self
             .ids
@@ -167,27 +173,37 @@ impl PairSums {
         for group in order.chunk_by(|x, y| x.0 == y.0) {
             for &(_, a) in group {
                 for (k, t) in tables.iter().enumerate() {
+                    if !need[k] {
+                        continue;
+                    }
                     if let Some(row) = t.get(a * n..(a + 1) * n) {
                         same[k] += group.iter().map(|&(_, b)| row[b]).sum::<f64>();
                     }
                 }
             }
+            if self.count.is_empty() {
+                same[1] += (group.len() * (group.len() - 1)) as f64;
+            }
         }
         let total = self.totals.get_or_init(|| {
-            tables.map(|t| t.chunks(n.max(1)).map(|r| r.iter().sum::<f64>()).sum())
+            let mut t = tables.map(|t| t.chunks(n.max(1)).map(|r| r.iter().sum::<f64>()).sum());
+            if self.count.is_empty() {
+                t[1] = (n * n.saturating_sub(1)) as f64;
+            }
+            t
         });
         [same, [0, 1, 2].map(|k| total[k] - same[k])]
     }
 
     /// Mean same-topic value minus mean different-topic value.
     pub fn gap(&self, topic: &[usize]) -> f64 {
-        let [s, d] = self.split(topic);
+        let [s, d] = self.split(topic, [true, true, false]);
         s[0] / s[1].max(1.0) - d[0] / d[1].max(1.0)
     }
 
     /// Attention mass on same-topic keys per query, minus uniform attention's.
     pub fn mass_excess(&self, topic: &[usize]) -> f64 {
-        let [s, _] = self.split(topic);
+        let [s, _] = self.split(topic, [true, false, true]);
         (s[0] - s[2]) / self.queries.max(1.0)
     }
 }
