@@ -75,6 +75,20 @@ fn shortened_run_and_a_bad_model_folder() {
         .unwrap();
     assert!(embedding.pass, "{embedding:?}");
     assert!(s.metrics["lda_perm.embedding_dot_gap_p"] <= 0.05);
+    // The control verdicts' rule holds on the shuffled labels and fails when the
+    // "shuffle" keeps the topics (the real labels in its place).
+    use mechlab::papers::topic_bert::run::shuffle_shows_no_gap;
+    for (k, kc) in [
+        ("embedding_dot_gap", "embedding_dot_gap_control"),
+        ("attention_gap_mean", "attention_gap_control_mean"),
+    ] {
+        let (g, c) = (
+            s.metrics[&format!("lda_{k}")],
+            s.metrics[&format!("lda_{kc}")],
+        );
+        assert!(shuffle_shows_no_gap(g, c, 0.25), "{k}: {g} vs {c}");
+        assert!(!shuffle_shows_no_gap(g, g, 0.25));
+    }
     for src in ["lda_shuffled", "gold_shuffled"] {
         for k in ["embedding_dot_gap", "attention_gap_mean"] {
             let p = s.metrics[&format!("{src}_perm.{k}_p")];

@@ -14,7 +14,7 @@
 
 pub mod analysis;
 pub mod probes;
-mod run;
+pub mod run;
 
 use crate::config::presets::Preset;
 use crate::experiment::{ExperimentError, Paper};
