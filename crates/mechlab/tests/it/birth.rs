@@ -55,9 +55,7 @@ fn two_layers_form_the_induction_head_and_one_layer_does_not() {
     );
     assert!(verdict(&one, "one-layer-fails"), "{:?}", one.verdicts);
     // its control: the same rule read on the two-layer run fails
-    assert!(!mechlab::papers::birth::verdicts::one_layer_fails(
-        m["acc2"]
-    ));
+    assert!(!mechlab::papers::birth::one_layer_fails(m["acc2"]));
     // the second occurrence separates the mechanisms: one layer only counts tokens
     assert!(one.metrics["acc2"] < m["acc2"] - 0.25, "{:?}", one.metrics);
     assert!(one.metrics["acc2"] < 0.35, "{:?}", one.metrics);

@@ -40,7 +40,7 @@ fn two_layers_form_induction_heads_and_one_layer_forms_none() {
     let one = run_preset("lm-induction-repeated-1l", &[]);
     assert!(verdict(&one, "one-layer-forms-none"));
     // its control: the same rule read on the two-layer run fails
-    assert!(!mechlab::papers::lm_induction::verdicts::forms_none(
+    assert!(!mechlab::papers::lm_induction::forms_none(
         s.metrics["induction_best"]
     ));
     assert!(one.metrics["induction_best"] < 0.2, "{:?}", one.metrics);

@@ -77,7 +77,7 @@ fn shortened_run_and_a_bad_model_folder() {
     assert!(s.metrics["lda_perm.embedding_dot_gap_p"] <= 0.05);
     // The control verdicts' rule holds on the shuffled labels and fails when the
     // "shuffle" keeps the topics (the real labels in its place).
-    use mechlab::papers::topic_bert::run::shuffle_shows_no_gap;
+    use mechlab::papers::topic_bert::shuffle_shows_no_gap;
     for (k, kc) in [
         ("embedding_dot_gap", "embedding_dot_gap_control"),
         ("attention_gap_mean", "attention_gap_control_mean"),

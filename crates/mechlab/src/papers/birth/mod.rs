@@ -25,7 +25,8 @@ pub mod data;
 pub mod model;
 pub mod probes;
 mod report;
-pub mod verdicts;
+mod verdicts;
+pub use verdicts::one_layer_fails;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};

@@ -25,7 +25,8 @@ mod measure;
 pub mod ov;
 pub mod probes;
 mod report;
-pub mod verdicts;
+mod verdicts;
+pub use verdicts::forms_none;
 
 use crate::config::presets::Preset;
 use crate::experiment::{Dtype, ExperimentError, Paper, ReproduceItem};

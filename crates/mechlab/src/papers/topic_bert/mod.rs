@@ -14,7 +14,8 @@
 
 pub mod analysis;
 pub mod probes;
-pub mod run;
+mod run;
+pub use run::shuffle_shows_no_gap;
 
 use crate::config::presets::Preset;
 use crate::experiment::{ExperimentError, Paper};
