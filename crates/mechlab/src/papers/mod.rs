@@ -9,6 +9,7 @@
 pub mod attention_svm;
 pub mod birth;
 pub mod gpt_task;
+pub mod icl_regression;
 pub mod induction;
 pub mod lm_induction;
 pub mod markov_icl;
@@ -31,5 +32,6 @@ pub fn registry() -> Registry {
         .with(&attention_svm::AttentionSvm)
         .with(&lm_induction::LmInduction)
         .with(&birth::Birth)
+        .with(&icl_regression::IclRegression)
         .with(&transformer::Transformer)
 }

@@ -84,6 +84,9 @@ pub struct TrainConfig {
     pub final_lr_ratio: f64,
     /// Clip the global gradient norm to this value; 0 turns clipping off.
     pub grad_clip: f64,
+    /// Clip each parameter tensor's gradient norm on its own instead (what
+    /// `clip_grad_norm_` called once per tensor does, as Ahn et al.'s code does).
+    pub grad_clip_per_tensor: bool,
     /// Normalised GD's floor: the step is `lr · g / (‖g‖ + ngd_eps)`, so it dies
     /// out once the gradient is below the floor instead of blowing rounding noise
     /// up to a full step. 0: no floor.
@@ -115,6 +118,7 @@ impl Default for TrainConfig {
             warmup_steps: 0,
             final_lr_ratio: 0.0,
             grad_clip: 0.0,
+            grad_clip_per_tensor: false,
             ngd_eps: 0.0,
             ngd_norm: NgdNorm::Global,
             lr_scale: Default::default(),

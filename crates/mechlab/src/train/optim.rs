@@ -32,6 +32,8 @@ pub struct Hyper {
     pub eps: f64,
     pub weight_decay: f64,
     pub grad_clip: f64,
+    /// `grad_clip` applies to each tensor's norm on its own.
+    pub grad_clip_per_tensor: bool,
     /// Normalised GD's floor on the norm (`train.ngd_eps`).
     pub ngd_eps: f64,
     /// Normalised GD's norm: global or per tensor (`train.ngd_norm`).
@@ -47,6 +49,7 @@ impl Default for Hyper {
             eps: 1e-8,
             weight_decay: 0.0,
             grad_clip: 0.0,
+            grad_clip_per_tensor: false,
             ngd_eps: 0.0,
             ngd_norm: NgdNorm::Global,
         }
@@ -62,6 +65,7 @@ impl Hyper {
             eps: c.eps,
             weight_decay: c.weight_decay,
             grad_clip: c.grad_clip,
+            grad_clip_per_tensor: c.grad_clip_per_tensor,
             ngd_eps: c.ngd_eps,
             ngd_norm: c.ngd_norm,
         }
@@ -266,14 +270,16 @@ impl<T: Float> Optimizer<T> {
         let h = self.hyper;
         let per_tensor =
             self.kind == OptimizerKind::NormalizedGd && h.ngd_norm == NgdNorm::PerTensor;
-        let norm = if self.kind == OptimizerKind::NormalizedGd || h.grad_clip > 0.0 {
+        let clip_global = h.grad_clip > 0.0 && !h.grad_clip_per_tensor;
+        let clip_tensor = h.grad_clip > 0.0 && h.grad_clip_per_tensor;
+        let norm = if self.kind == OptimizerKind::NormalizedGd || clip_global {
             Self::grad_norm(model, groups)
         } else {
             0.0
         };
         // Scale applied to every gradient: clipping, or normalisation.
         let mut gscale = 1.0;
-        if h.grad_clip > 0.0 && norm > h.grad_clip {
+        if clip_global && norm > h.grad_clip {
             gscale = h.grad_clip / norm;
         }
         if self.kind == OptimizerKind::NormalizedGd {
@@ -312,6 +318,13 @@ impl<T: Float> Optimizer<T> {
                     1.0 / den
                 } else {
                     0.0
+                }
+            } else if clip_tensor && self.kind != OptimizerKind::NormalizedGd {
+                let norm = Self::grad_norm(&Single(&*p), &[]);
+                if norm > h.grad_clip {
+                    h.grad_clip / norm
+                } else {
+                    1.0
                 }
             } else {
                 gscale
@@ -560,5 +573,29 @@ mod tests {
         );
         let q = m.1.value();
         assert!(q[0] == 0.0 && (q[1] + 1.0).abs() < 1e-15, "{q:?}");
+    }
+
+    /// Per-tensor clipping scales each tensor's gradient to the bar on its own:
+    /// SGD with lr 1 moves a tensor of gradient norm 5 by 1 and one of norm 0.5
+    /// by its whole gradient; global clipping would shrink both by 1/√25.25.
+    #[test]
+    fn per_tensor_clipping_clips_each_tensor_alone() {
+        let h = Hyper {
+            grad_clip: 1.0,
+            grad_clip_per_tensor: true,
+            ..Hyper::default()
+        };
+        let mut m = two([3.0, 4.0], [0.3, 0.4]);
+        let mut opt = Optimizer::new(OptimizerKind::Sgd, h, &m);
+        opt.step(&mut m, 1.0, &[]);
+        let (w, q) = (m.0.value(), m.1.value());
+        assert!(
+            (w[0] + 0.6).abs() < 1e-15 && (w[1] + 0.8).abs() < 1e-15,
+            "{w:?}"
+        );
+        assert!(
+            (q[0] + 0.3).abs() < 1e-15 && (q[1] + 0.4).abs() < 1e-15,
+            "{q:?}"
+        );
     }
 }

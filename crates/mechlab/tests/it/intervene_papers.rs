@@ -70,6 +70,19 @@ fn attention_svm_rests_on_the_selected_token() {
 }
 
 #[test]
+fn icl_regression_rests_on_the_input_label_pairing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train("icl-regression-zfb", &["train.steps=1500"], tmp.path());
+    let v = intervene_and_check(&run, "relabel-context", 1.0);
+    // Reordering whole examples is invisible to a gradient step: exactly.
+    let e = &v["effects"][0];
+    assert!(
+        (e["control"].as_f64().unwrap() - e["clean"].as_f64().unwrap()).abs() < 1e-9,
+        "{e}"
+    );
+}
+
+#[test]
 fn selection_rests_on_the_top_scoring_token() {
     let tmp = tempfile::tempdir().unwrap();
     let run = train("selection-synthetic", &[], tmp.path());

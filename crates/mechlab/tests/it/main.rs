@@ -12,6 +12,7 @@ mod docs;
 mod double_double;
 mod encode;
 mod hooks;
+mod icl_regression;
 mod induction;
 mod induction_direct;
 mod induction_reference;

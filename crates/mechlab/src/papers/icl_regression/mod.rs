@@ -1,0 +1,276 @@
+//! In-context linear regression by gradient descent: a linear self-attention
+//! layer trained on regression prompts computes one step of gradient descent on
+//! the prompt's least-squares loss (von Oswald et al. 2023), preconditioned by
+//! the inverse input covariance when the inputs are not isotropic (Ahn et al.
+//! 2023), `L` layers computing `L` steps; gradient flow from Zhang, Frei &
+//! Bartlett's initialisation reaches the closed-form global minimum, whose error
+//! over prompt lengths and under covariate shift their formulas give (2024).
+//!
+//! The run: prompts drawn fresh each step (`data.rs`), the LSA (`model.rs`)
+//! trained by the generic trainer with a probe that compares it with the
+//! reference predictors (`measure.rs`, `theory.rs`), then the risk over prompt
+//! lengths and shifts, figures, and the verdicts of the claim set
+//! `probe.claims` (`verdicts.rs`).
+
+pub mod analysis;
+pub mod data;
+pub mod hooked;
+pub mod measure;
+pub mod model;
+#[cfg(test)]
+mod model_tests;
+mod report;
+pub mod theory;
+pub mod verdicts;
+
+use crate::config::presets::Preset;
+use crate::experiment::{ExperimentError, Paper, ReproduceItem};
+use crate::run::summary::Summary;
+use crate::run::{RunConfig, RunCtx, RunError};
+use crate::train::{fit, OptimizerKind, TrainConfig};
+use data::{DataConfig, Task, XDist};
+use measure::{Eval, Probe};
+use model::{Init, Lsa, ModelConfig};
+use serde::{Deserialize, Serialize};
+
+/// Which paper's claims a run is judged on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Claims {
+    /// von Oswald et al.: one layer on isotropic inputs is one GD step.
+    #[default]
+    OneStep,
+    /// Ahn et al.: one layer on non-isotropic inputs is one preconditioned step.
+    Preconditioner,
+    /// No claim: the measurements only (any number of layers).
+    None,
+    /// Zhang, Frei, Bartlett: the global minimum, its risk over prompt lengths
+    /// and under covariate shift.
+    GlobalMin,
+}
+
+/// The `[probe]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    pub claims: Claims,
+    /// Prompt lengths at which the final risk is measured (global-min).
+    pub lengths: Vec<usize>,
+    /// Scales of the inputs' covariance for the covariate-shift risk (global-min).
+    pub shift_scales: Vec<f64>,
+    /// Fresh prompts per length and per shift.
+    pub risk_prompts: usize,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            claims: Claims::OneStep,
+            lengths: Vec::new(),
+            shift_scales: Vec::new(),
+            risk_prompts: 20_000,
+        }
+    }
+}
+
+/// The experiment's whole config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IclRegressionConfig {
+    pub experiment: String,
+    pub description: String,
+    pub seed: u64,
+    pub run: RunConfig,
+    pub train: TrainConfig,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub probe: ProbeConfig,
+}
+
+crate::common_config!(IclRegressionConfig);
+
+impl Default for IclRegressionConfig {
+    fn default() -> Self {
+        IclRegressionConfig {
+            experiment: "icl-regression".into(),
+            description: String::new(),
+            seed: 0,
+            run: RunConfig {
+                probe_every: 100,
+                ..RunConfig::default()
+            },
+            train: TrainConfig {
+                optimizer: OptimizerKind::Adam,
+                lr: 1e-3,
+                steps: 2000,
+                ..TrainConfig::default()
+            },
+            data: DataConfig::default(),
+            model: ModelConfig::default(),
+            probe: ProbeConfig::default(),
+        }
+    }
+}
+
+pub struct IclRegression;
+
+/// The paper's presets.
+pub const PRESETS: &[Preset] = &[
+    crate::preset!("icl-regression-gd"),
+    crate::preset!("icl-regression-precond"),
+    crate::preset!("icl-regression-zfb"),
+];
+
+impl Paper for IclRegression {
+    type Config = IclRegressionConfig;
+    fn name(&self) -> &'static str {
+        "icl-regression"
+    }
+    fn citation(&self) -> &'static str {
+        "Johannes von Oswald, Eyvind Niklasson, Ettore Randazzo, João Sacramento, Alexander Mordvintsev, Andrey Zhmoginov, Max Vladymyrov. Transformers learn in-context by gradient descent. ICML 2023; Kwangjun Ahn, Xiang Cheng, Hadi Daneshmand, Suvrit Sra. Transformers learn to implement preconditioned gradient descent for in-context learning. NeurIPS 2023; Ruiqi Zhang, Spencer Frei, Peter L. Bartlett. Trained transformers learn linear models in-context. JMLR 25(49), 2024."
+    }
+    fn presets(&self) -> &'static [Preset] {
+        PRESETS
+    }
+    fn validate(&self, c: &IclRegressionConfig) -> Result<(), String> {
+        c.data.check()?;
+        c.train.resolved_stages()?;
+        let m = &c.model;
+        if !(1..=8).contains(&m.layers) {
+            return Err(format!("model.layers = {}: must be in 1..=8", m.layers));
+        }
+        if !(m.init_scale.is_finite() && m.init_scale > 0.0) {
+            return Err(format!(
+                "model.init_scale = {}: must be finite and > 0 (P = Q = 0 is a stationary point)",
+                m.init_scale
+            ));
+        }
+        let p = &c.probe;
+        if matches!(
+            p.claims,
+            Claims::OneStep | Claims::Preconditioner | Claims::GlobalMin
+        ) && m.layers != 1
+        {
+            return Err(format!(
+                "probe.claims = \"{}\" judges a one-layer model: model.layers = {} must be 1",
+                crate::config::name_of(&p.claims),
+                m.layers
+            ));
+        }
+        if p.claims == Claims::GlobalMin && c.data.x == XDist::Uniform {
+            return Err(
+                "probe.claims = \"global-min\": the closed forms hold for Gaussian inputs, data.x = \"uniform\" is not"
+                    .into(),
+            );
+        }
+        if let Some(l) = p.lengths.iter().find(|&&l| !(1..=1024).contains(&l)) {
+            return Err(format!("probe.lengths holds {l}: each must be in 1..=1024"));
+        }
+        if let Some(s) = p
+            .shift_scales
+            .iter()
+            .find(|s| !(s.is_finite() && **s > 0.0))
+        {
+            return Err(format!(
+                "probe.shift_scales holds {s}: each must be positive"
+            ));
+        }
+        if p.risk_prompts < 2 {
+            return Err(format!(
+                "probe.risk_prompts = {}: must be at least 2",
+                p.risk_prompts
+            ));
+        }
+        Ok(())
+    }
+    fn run(&self, cfg: &IclRegressionConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+        run(cfg, ctx)
+    }
+    fn reproduce(&self) -> Vec<ReproduceItem> {
+        [
+            "icl-regression-gd",
+            "icl-regression-precond",
+            "icl-regression-zfb",
+        ]
+        .into_iter()
+        .map(|preset| ReproduceItem::new(preset, &[]).with_seeds(3))
+        .collect()
+    }
+    crate::analysis_half!(analysis);
+}
+
+/// Logs one probe's reading.
+fn log(p: &Probe, ev: &Eval, step: u64, ctx: &mut RunCtx) -> Result<(), RunError> {
+    let mut rec = vec![
+        ("mse", p.mse),
+        ("mse_gd", ev.mse_gd),
+        ("mse_opt", ev.mse_opt),
+        ("diff_gd", p.diff_gd),
+        ("cos_gd", p.cos_gd),
+        ("diff_opt", p.diff_opt),
+        ("cos_opt", p.cos_opt),
+        ("rel_b", p.rel_b),
+        ("diff_blocks", p.diff_blocks),
+    ];
+    rec.push(("preds_diff", p.preds_diff));
+    rec.push(("model_diff", p.model_diff));
+    const WHITENED: [&str; 8] = [
+        "whitened_0",
+        "whitened_1",
+        "whitened_2",
+        "whitened_3",
+        "whitened_4",
+        "whitened_5",
+        "whitened_6",
+        "whitened_7",
+    ];
+    const P_ID: [&str; 8] = [
+        "p_identity_0",
+        "p_identity_1",
+        "p_identity_2",
+        "p_identity_3",
+        "p_identity_4",
+        "p_identity_5",
+        "p_identity_6",
+        "p_identity_7",
+    ];
+    for (l, (w, pi)) in p.whitened.iter().zip(&p.p_identity).enumerate() {
+        rec.push((WHITENED[l], *w));
+        rec.push((P_ID[l], *pi));
+    }
+    ctx.log("probe", step, &rec)
+}
+
+fn run(cfg: &IclRegressionConfig, ctx: &mut RunCtx) -> Result<Summary, ExperimentError> {
+    let seed = cfg.seed;
+    let task = Task::new(&cfg.data, seed);
+    let ev = Eval::new(&task, seed, cfg.data.eval_prompts);
+    let mut model = Lsa::new(&cfg.model, task, cfg.data.batch, seed);
+    let mut probe =
+        |m: &mut Lsa, step: u64, ctx: &mut RunCtx| log(&measure::probe(m, &ev), &ev, step, ctx);
+    let fitted = fit(&mut model, &cfg.train, ctx, &mut probe)?;
+    let last = measure::probe(&model, &ev);
+    let (count, p) = (cfg.probe.risk_prompts, &cfg.probe);
+    let lengths = measure::over_lengths(&model, &ev, seed, count, &p.lengths);
+    let shifts = measure::under_shift(&model, &ev, seed, count, &p.shift_scales);
+    let at_n = measure::over_lengths(&model, &ev, seed, count, &[cfg.data.n]);
+    let m = verdicts::Measured {
+        fitted,
+        last,
+        lengths,
+        shifts,
+        at_n: at_n[0].clone(),
+        sigma_scale: model.task().sigma[(0, 0)],
+    };
+    report::figures(cfg, &ev, &m, ctx)?;
+    report::notes(cfg, &ev, &m, ctx)?;
+    Ok(verdicts::summary(cfg, &ev, &m))
+}
+
+/// The init a config names, for notes.
+pub(crate) fn init_name(m: &ModelConfig) -> &'static str {
+    match m.init {
+        Init::Normal => "normal",
+        Init::Zfb => "zfb",
+    }
+}

@@ -1,0 +1,440 @@
+//! Linear self-attention (LSA), `L` layers, in the form of Ahn et al. (2023):
+//!
+//! `Z_{l+1} = Z_l + (1/m) P_l Z_l M Z_lᵀ Q_l Z_l`,  prediction `ŷ = −[Z_L]_{d+1, m+1}`,
+//!
+//! with `Z` `[D, m + 1]` one token per column (`D = d + 1`), `M` the mask that
+//! keeps the `m` context columns as keys and values (the query is read, never
+//! read from), and `P_l`, `Q_l` `[D, D]` (von Oswald et al.'s `P W_V` and
+//! `W_Kᵀ W_Q` merged; Zhang, Frei, Bartlett's `W^{PV}`, `W^{KQ}` with the sign
+//! of the read-out flipped). Here tokens are rows, `E = Zᵀ` `[m + 1, D]`:
+//!
+//! `A = Σ_{i≤m} z_i z_iᵀ` `[D, D]`,  `C = (1/m) P A Q`,  `E' = E + E Cᵀ` (`z_j' = z_j + C z_j`).
+//!
+//! Backward, with `G = ∂L/∂E'`: `∂C = Gᵀ E`, `∂P = (1/m) ∂C Qᵀ A`, `∂Q = (1/m) A Pᵀ ∂C`,
+//! `∂A = (1/m) Pᵀ ∂C Qᵀ`, `∂L/∂E = G + G C`, plus `E_ctx (∂A + ∂Aᵀ)` on the context rows.
+//!
+//! Because the query is masked out of `A`, its row moves linearly,
+//! `z_q ← (I + C_l) z_q`, so `ŷ` is linear in `x_q` and its sensitivity
+//! `∂ŷ/∂x_q` (von Oswald et al.'s comparison with GD) is exact: [`Lsa::sensitivity`].
+//!
+//! Written by hand because the model is the papers' object (a few `[D, D]`
+//! products per prompt, `D ≤ 65`): prompts run in fixed chunks of
+//! [`CHUNK_ITEMS`](mechlab_engine::parallel::CHUNK_ITEMS) over `rayon`, each
+//! into its own workspace, reduced in chunk order (bit-identical for any thread
+//! count), and nothing is allocated in a step.
+
+use super::data::Task;
+use crate::rng::{stream, Stream};
+use crate::train::Trainable;
+use mechlab_engine::parallel::{for_each_chunk, reduce_ordered, sized_chunks};
+use mechlab_engine::{param, Param, Parameters};
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+/// How the layers start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// Every entry of `P` and `Q` drawn from `N(0, init_scale²)`.
+    #[default]
+    Normal,
+    /// Zhang, Frei, Bartlett's initialisation (their Assumption 3.3, one layer):
+    /// `P = σ e_D e_Dᵀ` and `Q = −σ [[Θ Θᵀ, 0], [0, 0]]` with `Θ Θᵀ = I/√d`
+    /// (`‖Θ Θᵀ‖_F = 1`), `σ = init_scale`; every other entry 0.
+    Zfb,
+}
+
+/// Which entries of `P` and `Q` are trained.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Param2 {
+    /// All `D × D` entries of both (von Oswald et al.; Zhang, Frei, Bartlett).
+    #[default]
+    Full,
+    /// Ahn et al.'s code: `P = [[P_x, 0], [0, 1]]`, `Q = [[Q_x, 0], [0, 0]]`, only
+    /// the `d × d` blocks `P_x`, `Q_x` trained (the rest held where it starts).
+    Blocks,
+}
+
+/// The `[model]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    pub layers: usize,
+    pub param: Param2,
+    pub init: Init,
+    pub init_scale: f64,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            layers: 1,
+            param: Param2::Full,
+            init: Init::Normal,
+            init_scale: 0.01,
+        }
+    }
+}
+
+/// One layer's parameters.
+pub struct Layer {
+    /// `blocks.l.attn.W_PV` `[D, D]`: `P`, what the attention writes where.
+    pub p: Param<f64>,
+    /// `blocks.l.attn.W_KQ` `[D, D]`: `Q`, the key-query bilinear form.
+    pub q: Param<f64>,
+}
+
+impl Parameters<f64> for Layer {
+    mechlab_engine::parameters!(f64; p, q);
+}
+
+/// One chunk's scratch and gradient sums.
+struct Work {
+    /// `E_0 … E_L` of one prompt, `[L + 1, m + 1, D]`.
+    e: Vec<f64>,
+    /// `A_l` and `C_l` of one prompt, `[L, D, D]` each.
+    a: Vec<f64>,
+    c: Vec<f64>,
+    /// `∂L/∂E` of the current layer and the one below, `[m + 1, D]`.
+    g: Vec<f64>,
+    g2: Vec<f64>,
+    /// `∂C`, `∂A`, and a `[D, D]` product's scratch.
+    dc: Vec<f64>,
+    da: Vec<f64>,
+    t: Vec<f64>,
+    /// `P_lᵀ`, `Q_lᵀ`, `[L, D, D]` each ([`Work::load`]).
+    pt: Vec<f64>,
+    qt: Vec<f64>,
+    /// The chunk's `∂P_l`, `∂Q_l`, `[L, D, D]` each, and summed loss.
+    gp: Vec<f64>,
+    gq: Vec<f64>,
+    loss: f64,
+}
+
+impl Work {
+    fn new(layers: usize, m: usize, dd: usize) -> Work {
+        let sq = dd * dd;
+        Work {
+            e: vec![0.0; (layers + 1) * (m + 1) * dd],
+            a: vec![0.0; layers * sq],
+            c: vec![0.0; layers * sq],
+            g: vec![0.0; (m + 1) * dd],
+            g2: vec![0.0; (m + 1) * dd],
+            dc: vec![0.0; sq],
+            da: vec![0.0; sq],
+            t: vec![0.0; sq],
+            pt: vec![0.0; layers * sq],
+            qt: vec![0.0; layers * sq],
+            gp: vec![0.0; layers * sq],
+            gq: vec![0.0; layers * sq],
+            loss: 0.0,
+        }
+    }
+}
+
+/// `out [r, c] = a [r, k] · b [k, c]` (`ta`: `a` is stored transposed). Rows of
+/// `b` are added into rows of `out`, `x` outer, so every inner loop is a
+/// contiguous `axpy` the compiler vectorises (a dot-product form would leave a
+/// serial chain of `k` additions per entry; the layers keep `Pᵀ`, `Qᵀ` so that
+/// no product needs a transposed `b`).
+#[allow(clippy::too_many_arguments)]
+fn mm(out: &mut [f64], a: &[f64], ta: bool, b: &[f64], r: usize, k: usize, c: usize) {
+    let out = &mut out[..r * c];
+    out.iter_mut().for_each(|v| *v = 0.0);
+    for (x, brow) in b[..k * c].chunks_exact(c).enumerate() {
+        for (i, orow) in out.chunks_exact_mut(c).enumerate() {
+            let av = if ta { a[x * r + i] } else { a[i * k + x] };
+            for (o, bv) in orow.iter_mut().zip(brow) {
+                *o += av * bv;
+            }
+        }
+    }
+}
+
+impl Work {
+    /// Takes the layers' transposes (once per chunk of prompts).
+    fn load(&mut self, blocks: &[Layer], dd: usize) {
+        let sq = dd * dd;
+        for (l, b) in blocks.iter().enumerate() {
+            transpose(&mut self.pt[l * sq..(l + 1) * sq], b.p.value(), dd);
+            transpose(&mut self.qt[l * sq..(l + 1) * sq], b.q.value(), dd);
+        }
+    }
+}
+
+/// `out [n, n] = aᵀ`.
+fn transpose(out: &mut [f64], a: &[f64], n: usize) {
+    for i in 0..n {
+        for j in 0..n {
+            out[j * n + i] = a[i * n + j];
+        }
+    }
+}
+
+/// The model, and its training batch.
+pub struct Lsa {
+    pub blocks: Vec<Layer>,
+    pub dd: usize,
+    /// Only the `d × d` blocks train ([`Param2::Blocks`]).
+    x_blocks_only: bool,
+    task: Task,
+    seed: u64,
+    /// The training batch, `[batch, n + 1, D]` and `[batch]`.
+    z: Vec<f64>,
+    y: Vec<f64>,
+    work: Vec<Work>,
+}
+
+impl Parameters<f64> for Lsa {
+    mechlab_engine::parameters!(f64; blocks);
+}
+
+impl Lsa {
+    pub fn new(cfg: &ModelConfig, task: Task, batch: usize, seed: u64) -> Lsa {
+        let (d, dd, n) = (task.d, task.d + 1, task.n);
+        let mut rng = stream(seed, Stream::Init);
+        let s = cfg.init_scale;
+        let blocks = (0..cfg.layers)
+            .map(|l| {
+                let (p, q) = match cfg.init {
+                    Init::Normal => {
+                        let mut g = || -> Vec<f64> {
+                            (0..dd * dd)
+                                .map(|_| {
+                                    s * <StandardNormal as Distribution<f64>>::sample(
+                                        &StandardNormal,
+                                        &mut rng,
+                                    )
+                                })
+                                .collect()
+                        };
+                        (g(), g())
+                    }
+                    Init::Zfb => {
+                        let mut p = vec![0.0; dd * dd];
+                        let mut q = vec![0.0; dd * dd];
+                        p[dd * dd - 1] = s;
+                        for i in 0..d {
+                            q[i * dd + i] = -s / (d as f64).sqrt();
+                        }
+                        (p, q)
+                    }
+                };
+                let (p, q) = match cfg.param {
+                    Param2::Full => (p, q),
+                    // Ahn et al.'s structure: the x-blocks as drawn, P's y-y entry 1.
+                    Param2::Blocks => {
+                        let keep = |v: Vec<f64>, yy: f64| -> Vec<f64> {
+                            (0..dd * dd)
+                                .map(|k| match (k / dd < d, k % dd < d) {
+                                    (true, true) => v[k],
+                                    (false, false) => yy,
+                                    _ => 0.0,
+                                })
+                                .collect()
+                        };
+                        (keep(p, 1.0), keep(q, 0.0))
+                    }
+                };
+                Layer {
+                    p: param(&format!("blocks.{l}.attn.W_PV"), "pv", &[dd, dd], p),
+                    q: param(&format!("blocks.{l}.attn.W_KQ"), "kq", &[dd, dd], q),
+                }
+            })
+            .collect();
+        let chunks = sized_chunks(batch);
+        Lsa {
+            blocks,
+            dd,
+            x_blocks_only: cfg.param == Param2::Blocks,
+            seed,
+            z: vec![0.0; batch * (n + 1) * dd],
+            y: vec![0.0; batch],
+            work: (0..chunks).map(|_| Work::new(cfg.layers, n, dd)).collect(),
+            task,
+        }
+    }
+
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+
+    /// Layer `l`'s `P` and `Q` (`[D, D]` row-major).
+    pub fn pq(&self, l: usize) -> (&[f64], &[f64]) {
+        (self.blocks[l].p.value(), self.blocks[l].q.value())
+    }
+
+    /// The forward pass of one prompt `[m + 1, D]` (`m` context examples), keeping
+    /// `E_0 … E_L` in `e`, `A_l`, `C_l` in `a`, `c`; layers in `skip` add nothing
+    /// (an ablation). Returns `ŷ`.
+    fn forward_prompt(&self, prompt: &[f64], m: usize, skip: Option<usize>, wk: &mut Work) -> f64 {
+        let (dd, layers) = (self.dd, self.blocks.len());
+        let (rows, sq) = (m + 1, dd * dd);
+        let size = rows * dd;
+        wk.e[..size].copy_from_slice(prompt);
+        let inv = 1.0 / m as f64;
+        for l in 0..layers {
+            let (below, above) = wk.e.split_at_mut((l + 1) * size);
+            let (e, e2) = (&below[l * size..], &mut above[..size]);
+            let (a, c) = (
+                &mut wk.a[l * sq..(l + 1) * sq],
+                &mut wk.c[l * sq..(l + 1) * sq],
+            );
+            let (pt, qt) = (&wk.pt[l * sq..(l + 1) * sq], &wk.qt[l * sq..(l + 1) * sq]);
+            // A [D, D] = E_ctxᵀ E_ctx
+            mm(a, &e[..m * dd], true, &e[..m * dd], dd, m, dd);
+            // Cᵀ [D, D] = (1/m) Qᵀ A Pᵀ (kept in wk.dc), C its transpose
+            mm(&mut wk.t, qt, false, a, dd, dd, dd);
+            mm(&mut wk.dc, &wk.t, false, pt, dd, dd, dd);
+            wk.dc.iter_mut().for_each(|v| *v *= inv);
+            if skip == Some(l) {
+                wk.dc.iter_mut().for_each(|v| *v = 0.0);
+            }
+            transpose(c, &wk.dc, dd);
+            // E' [m + 1, D] = E + E Cᵀ
+            mm(e2, e, false, &wk.dc, rows, dd, dd);
+            e2.iter_mut().zip(e).for_each(|(o, x)| *o += x);
+        }
+        -wk.e[layers * size + rows * dd - 1]
+    }
+
+    /// Backward of one prompt after [`Lsa::forward_prompt`], with `∂L/∂ŷ = dy`:
+    /// adds `∂L/∂P_l`, `∂L/∂Q_l` into the chunk's sums.
+    fn backward_prompt(&self, m: usize, dy: f64, wk: &mut Work) {
+        let (dd, layers) = (self.dd, self.blocks.len());
+        let (rows, sq) = (m + 1, dd * dd);
+        let size = rows * dd;
+        let inv = 1.0 / m as f64;
+        wk.g[..size].iter_mut().for_each(|v| *v = 0.0);
+        wk.g[size - 1] = -dy;
+        for l in (0..layers).rev() {
+            let e = &wk.e[l * size..(l + 1) * size];
+            let (a, c) = (&wk.a[l * sq..(l + 1) * sq], &wk.c[l * sq..(l + 1) * sq]);
+            let (pt, qt) = (&wk.pt[l * sq..(l + 1) * sq], &wk.qt[l * sq..(l + 1) * sq]);
+            let g = &wk.g[..size];
+            // ∂C [D, D] = Gᵀ E
+            mm(&mut wk.dc, g, true, e, dd, rows, dd);
+            // ∂P += (1/m) ∂C Qᵀ A
+            mm(&mut wk.da, &wk.dc, false, qt, dd, dd, dd);
+            mm(&mut wk.t, &wk.da, false, a, dd, dd, dd);
+            let gp = &mut wk.gp[l * sq..(l + 1) * sq];
+            gp.iter_mut().zip(&wk.t).for_each(|(o, v)| *o += inv * v);
+            // ∂Q += (1/m) A Pᵀ ∂C
+            mm(&mut wk.da, a, false, pt, dd, dd, dd);
+            mm(&mut wk.t, &wk.da, false, &wk.dc, dd, dd, dd);
+            let gq = &mut wk.gq[l * sq..(l + 1) * sq];
+            gq.iter_mut().zip(&wk.t).for_each(|(o, v)| *o += inv * v);
+            if l == 0 {
+                break;
+            }
+            // ∂A [D, D] = (1/m) Pᵀ ∂C Qᵀ, symmetrised: ∂A + ∂Aᵀ
+            mm(&mut wk.t, pt, false, &wk.dc, dd, dd, dd);
+            mm(&mut wk.da, &wk.t, false, qt, dd, dd, dd);
+            for i in 0..dd {
+                for j in 0..=i {
+                    let s = inv * (wk.da[i * dd + j] + wk.da[j * dd + i]);
+                    wk.t[i * dd + j] = s;
+                    wk.t[j * dd + i] = s;
+                }
+            }
+            // ∂L/∂E = G + G C, and E_ctx (∂A + ∂Aᵀ) on the context rows
+            let g2 = &mut wk.g2[..size];
+            mm(g2, g, false, c, rows, dd, dd);
+            g2.iter_mut().zip(g).for_each(|(o, v)| *o += v);
+            mm(&mut wk.g[..m * dd], &e[..m * dd], false, &wk.t, m, dd, dd);
+            for (o, v) in wk.g[..m * dd].iter_mut().zip(&wk.g2[..m * dd]) {
+                *o += v;
+            }
+            wk.g[m * dd..size].copy_from_slice(&wk.g2[m * dd..size]);
+        }
+    }
+
+    /// Half the mean squared error of the model's predictions on `z`, `y` (`m`
+    /// examples per prompt), with `∂/∂P_l`, `∂/∂Q_l` added into the gradients.
+    pub fn loss_and_grad(&mut self, z: &[f64], y: &[f64], m: usize) -> f64 {
+        let (dd, layers, count) = (self.dd, self.blocks.len(), y.len());
+        let mut work = std::mem::take(&mut self.work);
+        if work.len() != sized_chunks(count) || work[0].g.len() < (m + 1) * dd {
+            work = (0..sized_chunks(count))
+                .map(|_| Work::new(layers, m, dd))
+                .collect();
+        }
+        let this = &*self;
+        let stride = (m + 1) * dd;
+        let inv_b = 1.0 / count as f64;
+        for_each_chunk(count, &mut work, |_, items, wk| {
+            wk.load(&this.blocks, dd);
+            wk.gp.iter_mut().for_each(|v| *v = 0.0);
+            wk.gq.iter_mut().for_each(|v| *v = 0.0);
+            wk.loss = 0.0;
+            for i in items {
+                let yh = this.forward_prompt(&z[i * stride..(i + 1) * stride], m, None, wk);
+                let r = yh - y[i];
+                wk.loss += 0.5 * r * r;
+                this.backward_prompt(m, r * inv_b, wk);
+            }
+        });
+        let sq = dd * dd;
+        for (l, b) in self.blocks.iter_mut().enumerate() {
+            let part = l * sq..(l + 1) * sq;
+            reduce_ordered(b.p.grad_mut(), &work, |w| &w.gp[part.clone()]);
+            reduce_ordered(b.q.grad_mut(), &work, |w| &w.gq[part.clone()]);
+        }
+        if self.x_blocks_only {
+            let d = dd - 1;
+            for b in self.blocks.iter_mut() {
+                for g in [b.p.grad_mut(), b.q.grad_mut()] {
+                    for (k, v) in g.iter_mut().enumerate() {
+                        if k / dd >= d || k % dd >= d {
+                            *v = 0.0;
+                        }
+                    }
+                }
+            }
+        }
+        let loss = work.iter().map(|w| w.loss).sum::<f64>() * inv_b;
+        self.work = work;
+        loss
+    }
+
+    /// Predictions on `prompts` (`[count, m + 1, D]`), layer `skip` ablated
+    /// (analysis; allocates).
+    pub fn predict(&self, z: &[f64], m: usize, skip: Option<usize>) -> Vec<f64> {
+        let stride = (m + 1) * self.dd;
+        let mut wk = Work::new(self.blocks.len(), m, self.dd);
+        wk.load(&self.blocks, self.dd);
+        z.chunks_exact(stride)
+            .map(|p| self.forward_prompt(p, m, skip, &mut wk))
+            .collect()
+    }
+
+    /// `∂ŷ/∂x_q` `[d]` of one prompt: `−[(I + C_0)ᵀ ⋯ (I + C_{L−1})ᵀ e_D]_{1..d}`
+    /// (analysis; allocates).
+    pub fn sensitivity(&self, prompt: &[f64], m: usize) -> Vec<f64> {
+        let (dd, layers) = (self.dd, self.blocks.len());
+        let mut wk = Work::new(layers, m, dd);
+        wk.load(&self.blocks, dd);
+        self.forward_prompt(prompt, m, None, &mut wk);
+        let mut v = vec![0.0; dd];
+        v[dd - 1] = 1.0;
+        for l in (0..layers).rev() {
+            let c = &wk.c[l * dd * dd..(l + 1) * dd * dd];
+            let next: Vec<f64> = (0..dd)
+                .map(|j| v[j] + (0..dd).map(|i| c[i * dd + j] * v[i]).sum::<f64>())
+                .collect();
+            v = next;
+        }
+        v[..dd - 1].iter().map(|x| -x).collect()
+    }
+}
+
+impl Trainable<f64> for Lsa {
+    fn train_step(&mut self, step: u64) -> f64 {
+        let (mut z, mut y) = (std::mem::take(&mut self.z), std::mem::take(&mut self.y));
+        self.task.train_batch(self.seed, step, &mut z, &mut y);
+        let loss = self.loss_and_grad(&z, &y, self.task.n);
+        (self.z, self.y) = (z, y);
+        loss
+    }
+}
