@@ -1,7 +1,9 @@
 //! The LSA's hand-written backward against finite differences (f64), both
-//! parameterisations, one to three layers, at initialisation and far from it;
-//! its chunked sums against thread counts; and the sensitivity against a
-//! finite difference of the prediction.
+//! parameterisations, one to three layers, at initialisation and far from it,
+//! for the training path (the last layer's rank-one form) and the reference
+//! (every layer in full), and the two against each other; its chunked sums
+//! against thread counts; and the sensitivity against a finite difference of
+//! the prediction.
 
 use super::data::{DataConfig, Prompts, Task};
 use super::model::{Init, Lsa, ModelConfig, Param2};
@@ -36,8 +38,9 @@ fn the_backward_matches_finite_differences() {
         for param in [Param2::Full, Param2::Blocks] {
             // 0.3: near the start; 1.5: far from it, where the layers' products
             // are of order one and every term of the backward matters.
-            for scale in [0.3, 1.5] {
+            for (scale, reference) in [(0.3, false), (1.5, false), (0.3, true), (1.5, true)] {
                 let (mut m, pr) = setup(layers, param, scale);
+                m.reference = reference;
                 let (z, y) = (pr.z.clone(), pr.y.clone());
                 let loss = |m: &Lsa| {
                     let p = m.predict(&z, 4, None);
@@ -58,9 +61,36 @@ fn the_backward_matches_finite_differences() {
                         // 0 with a finite difference and are skipped).
                         continue;
                     }
-                    r.assert_below(1e-6, &format!("L = {layers}, scale {scale}: {name}"));
+                    r.assert_below(
+                        1e-6,
+                        &format!("L = {layers}, scale {scale}, reference {reference}: {name}"),
+                    );
                 }
             }
+        }
+    }
+}
+
+/// The training path's loss and gradients equal the reference's to rounding.
+#[test]
+fn the_rank_one_last_layer_matches_the_full_reference() {
+    for layers in 1..=3 {
+        let grads = |reference: bool| {
+            let (mut m, pr) = setup(layers, Param2::Full, 0.9);
+            m.reference = reference;
+            m.zero_grad();
+            let loss = m.loss_and_grad(&pr.z, &pr.y, 4);
+            let mut g = vec![loss];
+            m.visit(&mut |p| g.extend_from_slice(p.grad()));
+            g
+        };
+        let (fast, full) = (grads(false), grads(true));
+        let big = full.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+        for (k, (a, b)) in fast.iter().zip(&full).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-12 * big,
+                "L = {layers}, entry {k}: {a} vs {b}"
+            );
         }
     }
 }
