@@ -179,3 +179,23 @@ def test_birth_runs_load_and_intervene(tmp_path):
     out = r.intervene()
     (e,) = out["effects"]
     assert e["id"] == "previous-token-copy" and 0.0 <= e["clean"] <= 1.0
+
+
+def test_icl_regression_loads_and_intervenes(tmp_path):
+    # One linear self-attention layer over vector tokens [x; y]: the ids index
+    # the run's held-out prompts (prompt p's token i is p * (N + 1) + i).
+    r = mechlab.run(
+        "icl-regression-zfb",
+        out=tmp_path / "icl",
+        overrides={"train.steps": 300, "data.batch": 256, "probe.risk_prompts": 200},
+    )
+    m = r.model()
+    ids = np.arange(42).reshape(2, 21)
+    y, cache = m.run_with_cache(ids, ["hook_embed", "blocks.0.hook_attn_out"])
+    assert y.shape == (2,)
+    assert cache["hook_embed"].shape == (2, 21, 6)
+    assert cache["blocks.0.hook_attn_out"].shape == (2, 21, 6)
+    out = r.intervene()
+    (e,) = out["effects"]
+    assert e["id"] == "relabel-context" and e["intervened"] > e["clean"]
+    assert abs(e["control"] - e["clean"]) < 1e-9

@@ -208,7 +208,7 @@ pub struct Lsa {
     /// Only the `d × d` blocks train ([`Param2::Blocks`]).
     x_blocks_only: bool,
     /// Train through the full forward and backward of every layer (the
-    /// reference) instead of the last layer's rank-one form ([`Lsa::train_prompt`]).
+    /// reference) instead of the last layer's rank-one form (`Lsa::train_prompt`).
     pub reference: bool,
     task: Task,
     seed: u64,
