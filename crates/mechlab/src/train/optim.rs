@@ -575,9 +575,8 @@ mod tests {
         assert!(q[0] == 0.0 && (q[1] + 1.0).abs() < 1e-15, "{q:?}");
     }
 
-    /// Per-tensor clipping scales each tensor's gradient to the bar on its own:
-    /// SGD with lr 1 moves a tensor of gradient norm 5 by 1 and one of norm 0.5
-    /// by its whole gradient; global clipping would shrink both by 1/√25.25.
+    /// Per-tensor clipping: SGD with lr 1 moves a tensor of gradient norm 5 by 1
+    /// and one of norm 0.5 by its whole gradient (global clipping shrinks both).
     #[test]
     fn per_tensor_clipping_clips_each_tensor_alone() {
         let h = Hyper {

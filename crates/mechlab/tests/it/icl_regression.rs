@@ -4,43 +4,20 @@
 //! absent); runs are bit-identical for one seed and resume to the same bits; the
 //! intervention moves the error and its control does not.
 
-use mechlab::experiment::ExperimentError;
+use crate::support::{run_kept, verdict};
 use mechlab::papers::icl_regression::measure::RiskPoint;
 use mechlab::papers::icl_regression::verdicts::{does_not_adapt, ids};
 use mechlab::run::summary::Summary;
 use mechlab::run::RunCtx;
-use std::path::Path;
 
-fn run_preset(preset: &str, overrides: &[&str], dir: &Path) -> Result<Summary, ExperimentError> {
-    let exp = mechlab::papers::registry().find("icl-regression").unwrap();
-    let mut table = exp.default_config();
-    let text = mechlab::papers::registry()
-        .find_preset(preset)
-        .unwrap()
-        .text;
-    mechlab::config::overlay(&mut table, &mechlab::config::parse(text, preset)?, preset)?;
-    for o in overrides {
-        mechlab::config::apply_override(&mut table, o)?;
-    }
-    let prepared = exp.prepare(&table, preset)?;
-    let mut ctx = RunCtx::create(dir, table, "test", true)?;
-    let summary = prepared.run(&mut ctx)?;
-    ctx.finish(&summary)?;
-    Ok(summary)
-}
-
-fn verdict(s: &Summary, id: &str) -> bool {
-    s.verdicts
-        .iter()
-        .find(|v| v.id == id)
-        .unwrap_or_else(|| panic!("no verdict {id}: {s:?}"))
-        .pass
+/// A preset run in a temporary folder (its run is `run/` in it).
+fn run(preset: &str, overrides: &[&str]) -> (Summary, tempfile::TempDir) {
+    run_kept("icl-regression", preset, overrides)
 }
 
 #[test]
 fn one_layer_becomes_one_gd_step_and_not_before_training() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = run_preset("icl-regression-gd", &[], &tmp.path().join("ok")).unwrap();
+    let (s, tmp) = run("icl-regression-gd", &[]);
     assert!(
         verdict(&s, ids::ONE_STEP) && verdict(&s, ids::CONSTRUCTION),
         "{s:?}"
@@ -49,19 +26,14 @@ fn one_layer_becomes_one_gd_step_and_not_before_training() {
     assert!(s.metrics["mse"] < 1.01 * s.metrics["mse_gd"], "{s:?}");
     assert!(s.metrics["mse"] < 0.6 * s.metrics["mse_zero"], "{s:?}");
     // Control: 200 steps in, the layer is not yet a GD step.
-    let c = run_preset(
-        "icl-regression-gd",
-        &["train.steps=200"],
-        &tmp.path().join("short"),
-    )
-    .unwrap();
+    let (c, _) = run("icl-regression-gd", &["train.steps=200"]);
     assert!(
         !verdict(&c, ids::ONE_STEP) && !verdict(&c, ids::CONSTRUCTION),
         "{c:?}"
     );
     for f in ["error", "match", "preconditioner"] {
         assert!(
-            tmp.path().join(format!("ok/figures/{f}.json")).exists(),
+            tmp.path().join(format!("run/figures/{f}.json")).exists(),
             "{f}"
         );
     }
@@ -69,8 +41,7 @@ fn one_layer_becomes_one_gd_step_and_not_before_training() {
 
 #[test]
 fn anisotropic_inputs_give_the_preconditioned_step_not_plain_gd() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = run_preset("icl-regression-precond", &[], &tmp.path().join("ok")).unwrap();
+    let (s, _) = run("icl-regression-precond", &[]);
     assert!(verdict(&s, ids::PRECOND), "{s:?}");
     // Control for the one-step rule: here the layer is not plain GD.
     assert!(
@@ -78,36 +49,25 @@ fn anisotropic_inputs_give_the_preconditioned_step_not_plain_gd() {
         "{s:?}"
     );
     // Control: too short a run has not found Σ⁻¹.
-    let c = run_preset(
-        "icl-regression-precond",
-        &["train.steps=100"],
-        &tmp.path().join("short"),
-    )
-    .unwrap();
+    let (c, _) = run("icl-regression-precond", &["train.steps=100"]);
     assert!(!verdict(&c, ids::PRECOND), "{c:?}");
 }
 
 #[test]
 fn gradient_flow_reaches_the_global_minimum_and_its_risk_formulas() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = run_preset("icl-regression-zfb", &[], &tmp.path().join("ok")).unwrap();
+    let (s, tmp) = run("icl-regression-zfb", &[]);
     for id in [ids::GLOBAL_MIN, ids::LENGTHS, ids::SHIFT] {
         assert!(verdict(&s, id), "{id}: {s:?}");
     }
     assert!(s.metrics["rel_b"] < 0.05, "{s:?}");
     for f in ["risk_lengths", "risk_shift"] {
         assert!(
-            tmp.path().join(format!("ok/figures/{f}.json")).exists(),
+            tmp.path().join(format!("run/figures/{f}.json")).exists(),
             "{f}"
         );
     }
     // Control: 20 steps from the initialisation, none of them holds.
-    let c = run_preset(
-        "icl-regression-zfb",
-        &["train.steps=20"],
-        &tmp.path().join("short"),
-    )
-    .unwrap();
+    let (c, _) = run("icl-regression-zfb", &["train.steps=20"]);
     for id in [ids::GLOBAL_MIN, ids::LENGTHS, ids::SHIFT] {
         assert!(!verdict(&c, id), "{id}: {c:?}");
     }
@@ -147,8 +107,10 @@ fn a_run_is_bit_identical_and_an_interrupted_one_resumes_to_the_same_summary() {
         "run.checkpoint_every=50",
         "data.batch=256",
     ];
-    let a = run_preset("icl-regression-zfb", &sets, &tmp.path().join("a")).unwrap();
-    let b = run_preset("icl-regression-zfb", &sets, &tmp.path().join("b")).unwrap();
+    let (a, b) = (
+        run("icl-regression-zfb", &sets).0,
+        run("icl-regression-zfb", &sets).0,
+    );
     assert_eq!(a, b);
     let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     let resolved = mechlab::commands::resolve(
