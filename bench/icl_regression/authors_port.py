@@ -498,6 +498,11 @@ def run_ahn(a):
         clip_(allparam.grad, pr['clip'], pr['clip_kind'])
         opt.step()
         opt.zero_grad()
+        if a.p0:
+            # rotation demonstration-Adam-p0.ipynb: P zeroed after every update
+            # (their model.zero_p()), so the layers are preconditioned GD steps.
+            with torch.no_grad():
+                allparam[:, :, 0].zero_()
         train_losses.append(loss.item())
     t_train = time.time() - t_train
 
@@ -612,6 +617,8 @@ def main(argv=None):
     ap.add_argument('--halve', type=int, help='Ahn: halve lr every this many steps (0: never)')
     ap.add_argument('--select', type=int, help='Ahn: best of the last k snapshots (0: final)')
     ap.add_argument('--full', action='store_true', help='Ahn: train all (d+1)^2 entries')
+    ap.add_argument('--p0', action='store_true',
+                    help='Ahn: zero P after every update (rotation demonstration-Adam-p0)')
     ap.add_argument('--ops', choices=['fast', 'theirs'], default='fast',
                     help="Ahn: 'theirs' runs their einsums as written (bit-identical to their "
                          "code on CPU); 'fast' the same map by associativity")

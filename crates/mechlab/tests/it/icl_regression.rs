@@ -73,6 +73,18 @@ fn gradient_flow_reaches_the_global_minimum_and_its_risk_formulas() {
     }
 }
 
+#[test]
+fn three_layers_in_the_p0_form_are_three_preconditioned_steps() {
+    let (s, _) = run("icl-regression-3l", &[]);
+    assert!(verdict(&s, ids::LAYERS), "{s:?}");
+    // With P held at e_D e_Dᵀ the model is L steps of preconditioned GD exactly.
+    assert!(s.metrics["diff_blocks"] < 1e-10, "{s:?}");
+    assert!(s.metrics["mse"] < 0.3 * s.metrics["mse_opt"], "{s:?}");
+    // Control: 100 steps in, the layers are not yet multiples of Σ⁻¹.
+    let (c, _) = run("icl-regression-3l", &["train.steps=100"]);
+    assert!(!verdict(&c, ids::LAYERS), "{c:?}");
+}
+
 /// The "does not adapt" half of the covariate-shift rule fails for a learner
 /// whose risk is the refitted optimum's at every scale.
 #[test]

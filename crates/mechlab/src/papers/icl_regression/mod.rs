@@ -42,6 +42,9 @@ pub enum Claims {
     OneStep,
     /// Ahn et al.: one layer on non-isotropic inputs is one preconditioned step.
     Preconditioner,
+    /// Ahn et al.: `L` layers in the `P = 0` form (`model.param = "steps"`) are
+    /// `L` steps of GD, each preconditioned by a multiple of `Σ⁻¹`.
+    MultiLayer,
     /// No claim: the measurements only (any number of layers).
     None,
     /// Zhang, Frei, Bartlett: the global minimum, its risk over prompt lengths
@@ -119,6 +122,7 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("icl-regression-gd"),
     crate::preset!("icl-regression-precond"),
     crate::preset!("icl-regression-zfb"),
+    crate::preset!("icl-regression-3l"),
 ];
 
 impl Paper for IclRegression {
@@ -157,6 +161,13 @@ impl Paper for IclRegression {
                 m.layers
             ));
         }
+        if p.claims == Claims::MultiLayer && (m.layers < 2 || m.param != model::Param2::Steps) {
+            return Err(format!(
+                "probe.claims = \"multi-layer\" judges layers that are GD steps: model.layers = {} must be at least 2 and model.param = \"{}\" must be \"steps\"",
+                m.layers,
+                crate::config::name_of(&m.param)
+            ));
+        }
         if p.claims == Claims::GlobalMin && c.data.x == XDist::Uniform {
             return Err(
                 "probe.claims = \"global-min\": the closed forms hold for Gaussian inputs, data.x = \"uniform\" is not"
@@ -191,6 +202,7 @@ impl Paper for IclRegression {
             "icl-regression-gd",
             "icl-regression-precond",
             "icl-regression-zfb",
+            "icl-regression-3l",
         ]
         .into_iter()
         .map(|preset| ReproduceItem::new(preset, &[]).with_seeds(3))

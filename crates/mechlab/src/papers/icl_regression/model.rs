@@ -54,6 +54,10 @@ pub enum Param2 {
     /// Ahn et al.'s code: `P = [[P_x, 0], [0, 1]]`, `Q = [[Q_x, 0], [0, 0]]`, only
     /// the `d × d` blocks `P_x`, `Q_x` trained (the rest held where it starts).
     Blocks,
+    /// Ahn et al.'s `P = 0` form: `P = [[0, 0], [0, 1]]` held, only `Q_x` trained,
+    /// so `L` layers are exactly `L` steps of preconditioned GD with
+    /// `B_l = −Q_lᵀ` on the prompt (the layers update only the labels' residuals).
+    Steps,
 }
 
 /// The `[model]` section.
@@ -205,8 +209,10 @@ fn transpose(out: &mut [f64], a: &[f64], n: usize) {
 pub struct Lsa {
     pub blocks: Vec<Layer>,
     pub dd: usize,
-    /// Only the `d × d` blocks train ([`Param2::Blocks`]).
+    /// Only the `d × d` blocks train ([`Param2::Blocks`], [`Param2::Steps`]).
     x_blocks_only: bool,
+    /// `P` is held ([`Param2::Steps`]).
+    p_held: bool,
     /// Train through the full forward and backward of every layer (the
     /// reference) instead of the last layer's rank-one form (`Lsa::train_prompt`).
     pub reference: bool,
@@ -268,6 +274,14 @@ impl Lsa {
                         };
                         (keep(p, 1.0), keep(q, 0.0))
                     }
+                    Param2::Steps => {
+                        let mut p0 = vec![0.0; dd * dd];
+                        p0[dd * dd - 1] = 1.0;
+                        let q = (0..dd * dd)
+                            .map(|k| if k / dd < d && k % dd < d { q[k] } else { 0.0 })
+                            .collect();
+                        (p0, q)
+                    }
                 };
                 Layer {
                     p: param(&format!("blocks.{l}.attn.W_PV"), "pv", &[dd, dd], p),
@@ -279,7 +293,8 @@ impl Lsa {
         Lsa {
             blocks,
             dd,
-            x_blocks_only: cfg.param == Param2::Blocks,
+            x_blocks_only: cfg.param != Param2::Full,
+            p_held: cfg.param == Param2::Steps,
             reference: false,
             seed,
             z: vec![0.0; batch * (n + 1) * dd],
@@ -514,6 +529,9 @@ impl Lsa {
         if self.x_blocks_only {
             let d = dd - 1;
             for b in self.blocks.iter_mut() {
+                if self.p_held {
+                    b.p.grad_mut().iter_mut().for_each(|v| *v = 0.0);
+                }
                 for g in [b.p.grad_mut(), b.q.grad_mut()] {
                     for (k, v) in g.iter_mut().enumerate() {
                         if k / dd >= d || k % dd >= d {
