@@ -126,6 +126,44 @@ fn the_blocks_parameterisation_masks_the_gradient() {
     assert!(masked.iter().flatten().any(|g| *g != 0.0));
 }
 
+/// With `Param2::Steps` `P` gets no gradient and starts as `e_D e_Dᵀ`, `Q` only
+/// its x-block: the full gradient's there.
+#[test]
+fn the_steps_parameterisation_holds_p() {
+    let (mut m, pr) = setup(2, Param2::Steps, 0.8);
+    for b in &m.blocks {
+        let p = b.p.value();
+        assert!(p
+            .iter()
+            .enumerate()
+            .all(|(k, v)| *v == if k == 15 { 1.0 } else { 0.0 }));
+    }
+    m.zero_grad();
+    m.loss_and_grad(&pr.z, &pr.y, 4);
+    let mut g = Vec::new();
+    m.visit(&mut |p| g.push(p.grad().to_vec()));
+    let (mut full, _) = setup(2, Param2::Full, 0.8);
+    let mut vals = Vec::new();
+    m.visit(&mut |p| vals.push(p.value().to_vec()));
+    let mut k = 0;
+    full.visit_mut(&mut |p| {
+        p.value_mut().copy_from_slice(&vals[k]);
+        k += 1;
+    });
+    full.zero_grad();
+    full.loss_and_grad(&pr.z, &pr.y, 4);
+    let mut k = 0;
+    full.visit(&mut |p| {
+        // tensors alternate P, Q per layer
+        for (i, (a, b)) in g[k].iter().zip(p.grad()).enumerate() {
+            let trains = k % 2 == 1 && i / 4 < 3 && i % 4 < 3;
+            assert_eq!(*a, if trains { *b } else { 0.0 }, "tensor {k} entry {i}");
+        }
+        k += 1;
+    });
+    assert!(g[1].iter().any(|v| *v != 0.0));
+}
+
 /// The chunked gradient is the same bits on one thread and on four.
 #[test]
 fn the_step_is_bit_identical_for_any_thread_count() {
