@@ -109,6 +109,31 @@ pub struct Probe {
     pub diff_blocks: f64,
 }
 
+impl Probe {
+    /// The reading's scalars by name, as the probes log them and the summary keeps them.
+    pub fn readings(&self) -> Vec<(String, f64)> {
+        let mut r: Vec<(String, f64)> = [
+            ("mse", self.mse),
+            ("diff_gd", self.diff_gd),
+            ("cos_gd", self.cos_gd),
+            ("diff_opt", self.diff_opt),
+            ("cos_opt", self.cos_opt),
+            ("rel_b", self.rel_b),
+            ("diff_blocks", self.diff_blocks),
+            ("preds_diff", self.preds_diff),
+            ("model_diff", self.model_diff),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (l, (w, pi)) in self.whitened.iter().zip(&self.p_identity).enumerate() {
+            r.push((format!("whitened_{l}"), *w));
+            r.push((format!("p_identity_{l}"), *pi));
+        }
+        r
+    }
+}
+
 /// `B_l` of the module's [`Probe::b`].
 pub fn effective(m: &Lsa, l: usize) -> DMatrix<f64> {
     let (p, q) = m.pq(l);

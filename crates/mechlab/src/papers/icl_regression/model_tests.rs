@@ -95,16 +95,8 @@ fn the_rank_one_last_layer_matches_the_full_reference() {
     }
 }
 
-/// With `Param2::Blocks` only the x-blocks get a gradient, and it is the full
-/// gradient's there.
-#[test]
-fn the_blocks_parameterisation_masks_the_gradient() {
-    let (mut m, pr) = setup(2, Param2::Blocks, 0.8);
-    m.zero_grad();
-    m.loss_and_grad(&pr.z, &pr.y, 4);
-    let mut masked = Vec::new();
-    m.visit(&mut |p| masked.push(p.grad().to_vec()));
-    // The same values trained in full.
+/// The gradients of a fully trained model (two layers) at `m`'s values.
+fn full_grads_at(m: &Lsa, pr: &Prompts) -> Vec<Vec<f64>> {
     let (mut full, _) = setup(2, Param2::Full, 0.8);
     let mut vals = Vec::new();
     m.visit(&mut |p| vals.push(p.value().to_vec()));
@@ -115,14 +107,26 @@ fn the_blocks_parameterisation_masks_the_gradient() {
     });
     full.zero_grad();
     full.loss_and_grad(&pr.z, &pr.y, 4);
-    let mut k = 0;
-    full.visit(&mut |p| {
-        for (i, (a, b)) in masked[k].iter().zip(p.grad()).enumerate() {
+    let mut g = Vec::new();
+    full.visit(&mut |p| g.push(p.grad().to_vec()));
+    g
+}
+
+/// With `Param2::Blocks` only the x-blocks get a gradient, and it is the full
+/// gradient's there.
+#[test]
+fn the_blocks_parameterisation_masks_the_gradient() {
+    let (mut m, pr) = setup(2, Param2::Blocks, 0.8);
+    m.zero_grad();
+    m.loss_and_grad(&pr.z, &pr.y, 4);
+    let mut masked = Vec::new();
+    m.visit(&mut |p| masked.push(p.grad().to_vec()));
+    for (k, full) in full_grads_at(&m, &pr).iter().enumerate() {
+        for (i, (a, b)) in masked[k].iter().zip(full).enumerate() {
             let inside = i / 4 < 3 && i % 4 < 3;
             assert_eq!(*a, if inside { *b } else { 0.0 }, "tensor {k} entry {i}");
         }
-        k += 1;
-    });
+    }
     assert!(masked.iter().flatten().any(|g| *g != 0.0));
 }
 
@@ -142,25 +146,13 @@ fn the_steps_parameterisation_holds_p() {
     m.loss_and_grad(&pr.z, &pr.y, 4);
     let mut g = Vec::new();
     m.visit(&mut |p| g.push(p.grad().to_vec()));
-    let (mut full, _) = setup(2, Param2::Full, 0.8);
-    let mut vals = Vec::new();
-    m.visit(&mut |p| vals.push(p.value().to_vec()));
-    let mut k = 0;
-    full.visit_mut(&mut |p| {
-        p.value_mut().copy_from_slice(&vals[k]);
-        k += 1;
-    });
-    full.zero_grad();
-    full.loss_and_grad(&pr.z, &pr.y, 4);
-    let mut k = 0;
-    full.visit(&mut |p| {
-        // tensors alternate P, Q per layer
-        for (i, (a, b)) in g[k].iter().zip(p.grad()).enumerate() {
+    // tensors alternate P, Q per layer
+    for (k, full) in full_grads_at(&m, &pr).iter().enumerate() {
+        for (i, (a, b)) in g[k].iter().zip(full).enumerate() {
             let trains = k % 2 == 1 && i / 4 < 3 && i % 4 < 3;
             assert_eq!(*a, if trains { *b } else { 0.0 }, "tensor {k} entry {i}");
         }
-        k += 1;
-    });
+    }
     assert!(g[1].iter().any(|v| *v != 0.0));
 }
 

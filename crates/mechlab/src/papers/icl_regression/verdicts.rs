@@ -108,17 +108,10 @@ pub(super) fn summary(cfg: &IclRegressionConfig, ev: &Eval, m: &Measured) -> Sum
     let mut s = Summary::new("icl-regression", cfg.seed);
     s.metric("final_loss", m.fitted.final_loss);
     for (k, v) in [
-        ("mse", p.mse),
         ("mse_gd", ev.mse_gd),
         ("mse_opt", ev.mse_opt),
         ("mse_zero", ev.mse_zero),
         ("eta_star", ev.eta),
-        ("diff_gd", p.diff_gd),
-        ("cos_gd", p.cos_gd),
-        ("diff_opt", p.diff_opt),
-        ("cos_opt", p.cos_opt),
-        ("rel_b", p.rel_b),
-        ("diff_blocks", p.diff_blocks),
         ("risk_at_n", m.at_n.mc),
         ("risk_at_n_se", m.at_n.se),
         ("risk_at_n_formula", m.at_n.formula),
@@ -127,14 +120,13 @@ pub(super) fn summary(cfg: &IclRegressionConfig, ev: &Eval, m: &Measured) -> Sum
     ] {
         s.metric(k, v);
     }
+    for (k, v) in p.readings() {
+        s.metric(&k, v);
+    }
     for (l, (c, rel)) in p.precond.iter().enumerate() {
         s.metric(&format!("precond_scale_{l}"), *c);
         s.metric(&format!("precond_rel_{l}"), *rel);
-        s.metric(&format!("whitened_{l}"), p.whitened[l]);
-        s.metric(&format!("p_identity_{l}"), p.p_identity[l]);
     }
-    s.metric("preds_diff", p.preds_diff);
-    s.metric("model_diff", p.model_diff);
     for (what, pts) in [("length", &m.lengths), ("shift", &m.shifts)] {
         for pt in pts {
             s.metric(&format!("risk_{what}_{}", pt.at), pt.mc);
