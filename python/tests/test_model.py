@@ -199,3 +199,32 @@ def test_icl_regression_loads_and_intervenes(tmp_path):
     (e,) = out["effects"]
     assert e["id"] == "relabel-context" and e["intervened"] > e["clean"]
     assert abs(e["control"] - e["clean"]) < 1e-9
+
+
+def test_causal_structure_loads_and_intervenes(tmp_path):
+    # The CatFormer of Nichani, Damian & Lee: one-hot tokens and positions
+    # concatenated, heads' outputs concatenated to the stream; logits at every
+    # position, the loss reads the last.
+    r = mechlab.run(
+        "causal-structure-chain",
+        out=tmp_path / "cs",
+        overrides={
+            "train.steps": 600,
+            "data.eval_seqs": 2000,
+            "probe.mi_pis": 4,
+            "probe.start_seqs": 2000,
+        },
+    )
+    m = r.model()
+    ids = np.arange(40).reshape(2, 20) % 10
+    y, cache = m.run_with_cache(ids, ["hook_embed", "blocks.0.attn.hook_pattern"])
+    assert y.shape == (2, 20, 10)
+    assert cache["hook_embed"].shape == (2, 20, 30)
+    pattern = cache["blocks.0.attn.hook_pattern"]
+    assert pattern.shape == (2, 1, 20, 20)
+    assert np.allclose(pattern.sum(-1), 1.0) and np.all(np.triu(pattern[0, 0], 1) == 0)
+    out = r.intervene()
+    e = {x["id"]: x for x in out["effects"]}
+    assert set(e) == {"parent-keys", "induction-keys"}
+    assert e["parent-keys"]["intervened"] > e["parent-keys"]["clean"]
+

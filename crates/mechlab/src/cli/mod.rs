@@ -206,8 +206,9 @@ enum Cmd {
     },
     /// Run every registered paper experiment and write one combined report.
     Reproduce {
-        /// Papers to run: induction, markov-icl, selection, topic, attention-svm,
-        /// lm-induction, birth (default: all).
+        /// Papers to run: induction, markov-icl, selection, topic, topic-bert,
+        /// attention-svm, lm-induction, birth, icl-regression, causal-structure
+        /// (default: all).
         papers: Vec<String>,
         /// Exit non-zero when a claim fails its rule over its seeds (or a run fails).
         #[arg(long)]

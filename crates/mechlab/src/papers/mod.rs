@@ -8,6 +8,7 @@
 
 pub mod attention_svm;
 pub mod birth;
+pub mod causal_structure;
 pub mod gpt_task;
 pub mod icl_regression;
 pub mod induction;
@@ -33,5 +34,6 @@ pub fn registry() -> Registry {
         .with(&lm_induction::LmInduction)
         .with(&birth::Birth)
         .with(&icl_regression::IclRegression)
+        .with(&causal_structure::CausalStructure)
         .with(&transformer::Transformer)
 }

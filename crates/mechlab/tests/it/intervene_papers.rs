@@ -83,6 +83,14 @@ fn icl_regression_rests_on_the_input_label_pairing() {
 }
 
 #[test]
+fn causal_structure_reads_parents_and_induction_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train("causal-structure-chain", &["train.steps=1500"], tmp.path());
+    intervene_and_check(&run, "parent-keys", 1.0);
+    intervene_and_check(&run, "induction-keys", 1.0);
+}
+
+#[test]
 fn selection_rests_on_the_top_scoring_token() {
     let tmp = tempfile::tempdir().unwrap();
     let run = train("selection-synthetic", &[], tmp.path());

@@ -6,6 +6,7 @@ mod support;
 
 mod attention_svm;
 mod birth;
+mod causal_structure;
 mod claims;
 mod cli;
 mod docs;

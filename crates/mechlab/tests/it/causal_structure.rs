@@ -1,0 +1,138 @@
+//! Transformers learn causal structure (Nichani, Damian & Lee 2024): on the
+//! chain and on a random graph the verdicts hold and fail on their controls
+//! (too little training; the graph moved per sequence; the control's rule read
+//! on a trained chain); runs are bit-identical for one seed and resume to the
+//! same bits; the trained model comes back with its hook points.
+
+use crate::support::{run_kept, verdict};
+use mechlab::papers::causal_structure::measure::Probe;
+use mechlab::papers::causal_structure::verdicts::{control_misses_parents, ids};
+use mechlab::run::summary::Summary;
+use mechlab::run::RunCtx;
+
+fn run(preset: &str, overrides: &[&str]) -> (Summary, tempfile::TempDir) {
+    run_kept("causal-structure", preset, overrides)
+}
+
+#[test]
+fn the_chain_is_learned_and_not_before_training() {
+    let (s, tmp) = run("causal-structure-chain", &[]);
+    for id in [ids::PARENT, ids::BAYES, ids::INDUCTION, ids::MI] {
+        assert!(verdict(&s, id), "{id}: {s:?}");
+    }
+    // The graph is in layer 1, far above uniform attention.
+    assert!(s.metrics["probe_parent_attn"] > 4.0 * s.metrics["probe_parent_chance"]);
+    // The control's rule, read on the trained chain, fails.
+    let p = Probe {
+        parent_attn: s.metrics["probe_parent_attn"],
+        ..Probe::default()
+    };
+    assert!(!control_misses_parents(&p));
+    for f in [
+        "loss",
+        "mechanism",
+        "graph",
+        "a1_positions",
+        "mi",
+        "start_gradient",
+    ] {
+        assert!(
+            tmp.path().join(format!("run/figures/{f}.json")).exists(),
+            "{f}"
+        );
+    }
+    // Control: 100 steps in, neither the graph nor the loss is there yet.
+    let (c, _) = run("causal-structure-chain", &["train.steps=100"]);
+    for id in [ids::PARENT, ids::BAYES, ids::INDUCTION] {
+        assert!(!verdict(&c, id), "{id}: {c:?}");
+    }
+}
+
+#[test]
+fn a_random_graph_is_found_where_parents_are_not_the_previous_position() {
+    let (s, _) = run("causal-structure-random", &["seed=1"]);
+    for id in [ids::PARENT, ids::MI] {
+        assert!(verdict(&s, id), "{id}: {s:?}");
+    }
+    assert!(s.metrics["far_parents"] >= 5.0 && s.metrics["far_parents_found"] == 1.0);
+}
+
+#[test]
+fn a_graph_redrawn_per_sequence_is_not_found() {
+    let (c, _) = run("causal-structure-redraw", &["train.steps=1500"]);
+    assert!(verdict(&c, ids::CONTROL), "{c:?}");
+    assert!(c.metrics["probe_parent_attn"] < 2.0 * c.metrics["probe_parent_chance"]);
+    assert!(c.metrics["gap_closed"] < 0.5, "{c:?}");
+}
+
+#[test]
+fn a_run_is_bit_identical_and_an_interrupted_one_resumes_to_the_same_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = [
+        "train.steps=300",
+        "run.checkpoint_every=50",
+        "data.eval_seqs=2000",
+        "probe.mi_pis=4",
+        "probe.start_seqs=2000",
+    ];
+    let (a, b) = (
+        run("causal-structure-chain", &sets).0,
+        run("causal-structure-chain", &sets).0,
+    );
+    assert_eq!(a, b);
+    let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let resolved = mechlab::commands::resolve(
+        &mechlab::papers::registry(),
+        "causal-structure-chain",
+        &overrides,
+        None,
+    )
+    .unwrap();
+    let dir = tmp.path().join("c");
+    let mut ctx = RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
+    ctx.stop_at = Some(133);
+    assert!(resolved.prepared.run(&mut ctx).is_err());
+    let c = dir.display().to_string();
+    assert_eq!(
+        mechlab::cli::run(
+            mechlab::papers::registry(),
+            vec!["mechlab", "--quiet", "resume", &c]
+        )
+        .unwrap(),
+        0
+    );
+    assert_eq!(mechlab::run::read_summary(&dir).unwrap(), a);
+    // The trained model comes back with its hook points.
+    let mut m = mechlab::inspect::load_model(&mechlab::papers::registry(), &dir, None).unwrap();
+    let batch = mechlab_engine::hooks::Batch::new((0..40).map(|i| i % 10).collect(), 2, 20);
+    let (y, cache) = m
+        .run_with_cache(
+            &batch,
+            &["blocks.0.attn.hook_pattern", "blocks.1.hook_resid_post"],
+        )
+        .unwrap();
+    assert_eq!(y.shape, vec![2, 20, 10]);
+    assert_eq!(
+        cache["blocks.0.attn.hook_pattern"].shape,
+        vec![2, 1, 20, 20]
+    );
+    assert_eq!(cache["blocks.1.hook_resid_post"].shape, vec![2, 20, 120]);
+}
+
+#[test]
+fn bad_configs_name_their_key() {
+    let reg = mechlab::papers::registry();
+    for (set, key) in [
+        ("data.parents=[0, 0]", "data.parents"),
+        ("data.control=\"redraw\"", "probe.claims"),
+        ("model.heads=[0, 1]", "model.heads"),
+        ("data.alpha=0.0", "data.alpha"),
+    ] {
+        let e =
+            mechlab::commands::resolve(&reg, "causal-structure-chain", &[set.to_string()], None)
+                .err()
+                .unwrap_or_else(|| panic!("{set} accepted"))
+                .to_string();
+        assert!(e.contains(key), "{set}: {e}");
+    }
+}
