@@ -85,7 +85,26 @@ from the seed, same prior):
     also report the actual A1 after --early-steps steps: a1_early_argmax and
     a1_early_mi_rowcorr;
   * --matrices adds the T-1 x T-1 matrices (mi_chi2, mi_exact_chi2, mi_shannon,
-    reduced_grad, final a1_pos) to the JSON line.
+    reduced_grad, final a1_pos) to the JSON line;
+  * --control (default none: the code path above, same random draws and output):
+    - redraw: a fresh graph for EVERY sequence, training batches and evaluation set
+      alike, from the `random` prior (parent(i) uniform on {none, 0, ..., i - 1});
+      --problem is ignored and `dag` is null in the JSON line;
+    - shuffle: --problem's fixed graph generates the nodes 0..T-2 as usual, then node
+      k is written at position sigma(k), sigma a uniform permutation of 0..T-2 drawn
+      per sequence; the query stays at T - 1. In position terms the parent of
+      sigma(k) is sigma(parent(k)), which may come after its child.
+    Under a control every quantity uses each sequence's own parents (position terms,
+    -1 for roots): sampling, both Bayes losses (counts over positions with a parent
+    whose parent's token is the query; bayes_loss keeps their -1 -> T - 2 quirk), and
+    the probes. parent_attn and parent_attn_chance run over the (sequence, i) pairs
+    whose parent is earlier than i (causal attention cannot see a later one);
+    parent_attn_pairs is the share of the pairs with a parent that are counted (1 for
+    redraw, about 1/2 for shuffle). induction counts the keys j with a parent earlier
+    than j whose token equals the query's. The target is unchanged (row pi[x_query]).
+    The fixed-graph quantities (parent_argmax, parent_attn_pos, mi_*, a1_early_*,
+    reduced_grad_*) are null; a2_ind_diag and w_copy_diag are kept. The JSON line
+    gets "control".
 
 Checked against their code run here (check_authors_port.py; JAX 0.10.2, optax 0.2.8,
 float32; results/check_*.txt and results/check_train_*.jsonl):
@@ -105,13 +124,15 @@ float32; results/check_*.txt and results/check_train_*.jsonl):
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
 import numpy as np
 import torch
 
-torch.set_num_threads(1)
+# one thread unless PORT_THREADS says otherwise (bench/causal_structure/speed.sh)
+torch.set_num_threads(int(os.environ.get("PORT_THREADS", "1")))
 
 
 # ----------------------------------------------------------------------------- graphs
@@ -196,6 +217,53 @@ def sample(rng, n, dag, S, alpha):
     x = sample_seqs(rng, dag, pi, S)
     y = pi[np.arange(n), x[:, -1]]
     return x, y, pi
+
+
+def sample_control(rng, n, dag, S, alpha, control):
+    """--control: tokens, target, pi and each sequence's parents in position terms
+    (n x (T - 1), -1 for roots). redraw: a fresh `random` graph per sequence (parent
+    of i uniform on {-1, 0, ..., i - 1}); shuffle: the fixed graph `dag` generates the
+    nodes 0..T-2 as usual, then node k is written at position sigma(k), sigma a
+    uniform permutation per sequence (the query stays at T - 1)."""
+    n_pos = len(dag)
+    rows = np.arange(n)
+    if control == "redraw":
+        parents = rng.integers(-1, np.arange(n_pos)[None, :], size=(n, n_pos))
+        pi = sample_pi(rng, n, S, alpha)
+        mu = stationary(pi)
+        x = np.zeros((n, n_pos + 1), dtype=np.int64)
+        for i in range(n_pos):
+            p = parents[:, i]
+            prob = pi[rows, x[rows, np.maximum(p, 0)]]
+            prob[p < 0] = mu[p < 0]
+            x[:, i] = draw(rng, prob)
+        x[:, n_pos] = rng.integers(0, S, size=n)
+    elif control == "shuffle":
+        pi = sample_pi(rng, n, S, alpha)
+        xn = sample_seqs(rng, dag, pi, S)
+        sigma = np.argsort(rng.random((n, n_pos)), 1)  # node k -> position sigma[:, k]
+        x = xn.copy()
+        x[rows[:, None], sigma] = xn[:, :n_pos]
+        parents = np.full((n, n_pos), -1, dtype=np.int64)
+        par_pos = np.where(dag >= 0, sigma[:, np.maximum(dag, 0)], -1)  # sigma(parent(k))
+        parents[rows[:, None], sigma] = par_pos
+    else:
+        raise ValueError(control)
+    y = pi[rows, x[:, -1]]
+    return x, y, pi, parents
+
+
+def bayes_parents(x, parents, S, alpha, theirs=True):
+    """bayes() with each sequence's own parents (n x (T - 1), position terms)."""
+    ctx, s = x[:, :-1], x[:, -1:]
+    par = np.where(parents < 0, ctx.shape[1] - 1, parents)
+    hit = np.take_along_axis(ctx, par, 1) == s
+    if not theirs:
+        hit &= parents >= 0
+    counts = np.full((x.shape[0], S), alpha)
+    np.add.at(counts, (np.repeat(np.arange(x.shape[0]), ctx.shape[1]), ctx.ravel()),
+              hit.ravel().astype(float))
+    return counts / counts.sum(-1, keepdims=True)
 
 
 def bayes(x, dag, S, alpha, theirs=True):
@@ -410,6 +478,52 @@ def probes(model, x, dag, S, T):
     return out
 
 
+def probes_control(model, x, parents, S, T):
+    """probes() with each sequence's own parents (position terms). Pairs (sequence,
+    i) count only where i has a parent earlier than i (causal attention cannot see a
+    later one); parent_attn_pairs is their share of the pairs with a parent."""
+    with torch.no_grad():
+        _, maps = model.forward(x, keep=True)
+    a1 = maps[0][:, 0].double().numpy()  # B x T x T (head 0)
+    a2 = maps[1][:, 0].double().numpy()  # B x T   (query T-1)
+    xs = x.numpy()
+    B, n_pos = parents.shape
+    pos = np.arange(n_pos)[None, :]
+    earlier = (parents >= 0) & (parents < pos)  # B x (T-1)
+    par0 = np.maximum(parents, 0)
+    out = {}
+    if earlier.any():
+        att = np.take_along_axis(a1[:, :n_pos, :], par0[:, :, None], 2)[:, :, 0]
+        out["parent_attn"] = float(att[earlier].mean())
+        chance = np.broadcast_to(1.0 / (pos + 1), parents.shape)
+        out["parent_attn_chance"] = float(chance[earlier].mean())
+        out["parent_attn_pairs"] = float(earlier.sum() / max(1, (parents >= 0).sum()))
+    out["parent_argmax"] = None
+    out["parent_attn_pos"] = None
+    # induction: keys j < T-1 with an earlier parent whose token equals the query's
+    match = earlier & (np.take_along_axis(xs[:, :n_pos], par0, 1) == xs[:, -1:])
+    has = match.any(1)
+    if has.any():
+        out["induction"] = float((a2[:, :T - 1] * match).sum(1)[has].mean())
+        out["induction_uniform"] = float((match.sum(1) / T)[has].mean())
+    d = S + T
+    A2 = model.A[1][0].detach().double().numpy()
+    blk = A2[:S, d:d + S]  # query token x key's layer-1 output token
+    off = (blk.sum() - np.trace(blk)) / (S * S - S)
+    out["a2_ind_diag"] = float(np.trace(blk) / S - off)
+    h1 = d * (1 + model.heads[0])
+    Wb = model.W.detach().double().numpy()[h1:h1 + S, :]  # layer-2 output token -> out
+    off = (Wb.sum() - np.trace(Wb)) / (S * S - S)
+    out["w_copy_diag"] = float(np.trace(Wb) / S - off)
+    return out
+
+
+FIXED_GRAPH_KEYS = ["mi_argmax", "mi_shannon_argmax", "mi_exact_argmax", "mi_argmax_pos",
+                    "mi_est_exact_rowcorr", "a1_early_argmax", "a1_early_mi_rowcorr",
+                    "reduced_grad_argmax", "reduced_grad_mi_rowcorr",
+                    "reduced_grad_mi_est_rowcorr"]
+
+
 def rnd(m, k=4):
     return [[round(float(v), k) for v in row] for row in m]
 
@@ -424,11 +538,18 @@ def run(args):
     if args.dag:
         dag = np.array([int(v) for v in args.dag.split(",")], dtype=np.int64)
         assert len(dag) == T - 1 and all(-1 <= p < i for i, p in enumerate(dag)), "bad --dag"
+    ctl = args.control
+    assert not (ctl == "redraw" and args.dag), "--dag has no meaning with --control redraw"
     dtype = torch.float64 if args.f64 else torch.float32
     eval_rng = np.random.default_rng([args.seed, 1])
-    xe, ye, _ = sample(eval_rng, args.n_eval, dag, S, args.alpha)
-    bayes_theirs = soft_ce(bayes(xe, dag, S, args.alpha, True), ye)
-    bayes_fixed = soft_ce(bayes(xe, dag, S, args.alpha, False), ye)
+    if ctl == "none":
+        xe, ye, _ = sample(eval_rng, args.n_eval, dag, S, args.alpha)
+        bayes_theirs = soft_ce(bayes(xe, dag, S, args.alpha, True), ye)
+        bayes_fixed = soft_ce(bayes(xe, dag, S, args.alpha, False), ye)
+    else:
+        xe, ye, _, pe = sample_control(eval_rng, args.n_eval, dag, S, args.alpha, ctl)
+        bayes_theirs = soft_ce(bayes_parents(xe, pe, S, args.alpha, True), ye)
+        bayes_fixed = soft_ce(bayes_parents(xe, pe, S, args.alpha, False), ye)
     entropy = soft_ce(ye, ye)
     uniform = math.log(S)
     xe_t, ye_t = torch.from_numpy(xe), torch.from_numpy(ye).to(dtype)
@@ -438,7 +559,10 @@ def run(args):
     for t in range(args.steps):
         if t % every == 0:
             curve.append([t, round(eval_loss(model, xe_t, ye_t), 5)])
-        x, y, _ = sample(rng, args.batch, dag, S, args.alpha)
+        if ctl == "none":
+            x, y, _ = sample(rng, args.batch, dag, S, args.alpha)
+        else:
+            x, y, _, _ = sample_control(rng, args.batch, dag, S, args.alpha, ctl)
         lr = cosine_lr(args.lr, t, args.steps) if args.schedule == "cosine" else args.lr
         sgd_step(model, torch.from_numpy(x), torch.from_numpy(y).to(dtype), lr, args.wd)
         if t + 1 == args.early_steps:
@@ -455,8 +579,15 @@ def run(args):
         "final_loss": final, "bayes_loss": bayes_theirs, "bayes_fixed": bayes_fixed,
         "entropy": entropy, "uniform_loss": uniform,
     }
-    res.update(probes(model, xe_t[:args.n_probe], dag, S, T))
-    if args.mi_pis > 0:
+    if ctl != "none":
+        res["control"] = ctl
+        if ctl == "redraw":
+            res["dag"] = None  # one graph per sequence
+        res.update(probes_control(model, xe_t[:args.n_probe], pe[:args.n_probe], S, T))
+        res.update({k: None for k in FIXED_GRAPH_KEYS})
+    else:
+        res.update(probes(model, xe_t[:args.n_probe], dag, S, T))
+    if args.mi_pis > 0 and ctl == "none":
         mi_rng = np.random.default_rng([args.seed, 2])
         chi, sha, ex = mi_estimate(mi_rng, dag, S, args.alpha, args.mi_pis, args.mi_seqs)
         res["mi_argmax"], am = row_argmax_frac(chi, dag)
@@ -517,6 +648,9 @@ def main(argv=None):
                     help="beta of the reduced-model gradient probe (0: off)")
     ap.add_argument("--reduced-n", type=int, default=2 ** 15)
     ap.add_argument("--matrices", action="store_true", help="include T x T matrices")
+    ap.add_argument("--control", choices=["none", "redraw", "shuffle"], default="none",
+                    help="redraw: a fresh random graph per sequence; shuffle: --problem's "
+                    "graph, context positions permuted per sequence (see the docstring)")
     ap.add_argument("--out", help="append the JSON line to this file too")
     args = ap.parse_args(argv)
     res = run(args)

@@ -287,10 +287,13 @@ impl CatFormer {
         for ((g, &fs), &ys) in wk.dlog.iter_mut().zip(&wk.f).zip(y) {
             *g = scale * (ysum * fs - ys);
         }
+        // Only the layer-1 outputs of ∂h¹ reach a parameter (h⁰ is the input), so
+        // the parts of ∂h², ∂h¹ over h⁰'s d₀ entries are never formed.
         let w = self.w.value();
         for (k, &hk) in wk.h2.iter().enumerate() {
-            let wrow = &w[k * s..(k + 1) * s];
-            wk.dh2[k] = dot(wrow, &wk.dlog);
+            if k >= d0 {
+                wk.dh2[k] = dot(&w[k * s..(k + 1) * s], &wk.dlog);
+            }
             if hk != 0.0 {
                 for (gw, &dl) in wk.gw[k * s..(k + 1) * s].iter_mut().zip(&wk.dlog) {
                     *gw += hk * dl;
@@ -298,7 +301,10 @@ impl CatFormer {
             }
         }
         wk.dh1.iter_mut().for_each(|v| *v = 0.0);
-        for (o, &v) in wk.dh1[q * d1..(q + 1) * d1].iter_mut().zip(&wk.dh2[..d1]) {
+        for (o, &v) in wk.dh1[q * d1 + d0..(q + 1) * d1]
+            .iter_mut()
+            .zip(&wk.dh2[d0..d1])
+        {
             *o += v;
         }
         let a2 = self.a2.value();
@@ -310,7 +316,7 @@ impl CatFormer {
             for (j, &pj) in p.iter().enumerate() {
                 let hj = &wk.h1[j * d1..(j + 1) * d1];
                 wk.da[j] = dot(do2, hj);
-                for (o, &v) in wk.dh1[j * d1..(j + 1) * d1].iter_mut().zip(do2) {
+                for (o, &v) in wk.dh1[j * d1 + d0..(j + 1) * d1].iter_mut().zip(&do2[d0..]) {
                     *o += pj * v;
                 }
             }
@@ -318,13 +324,10 @@ impl CatFormer {
             wk.kbar.iter_mut().for_each(|v| *v = 0.0);
             for j in 0..t {
                 let ds = wk.da[j];
-                for ((kb, &hb), (o, &ub)) in wk
-                    .kbar
-                    .iter_mut()
-                    .zip(&wk.h1[j * d1..(j + 1) * d1])
-                    .zip(wk.dh1[j * d1..(j + 1) * d1].iter_mut().zip(u))
-                {
+                for (kb, &hb) in wk.kbar.iter_mut().zip(&wk.h1[j * d1..(j + 1) * d1]) {
                     *kb += ds * hb;
+                }
+                for (o, &ub) in wk.dh1[j * d1 + d0..(j + 1) * d1].iter_mut().zip(&u[d0..]) {
                     *o += ds * ub;
                 }
             }
@@ -337,7 +340,9 @@ impl CatFormer {
                         *o += hk * kb;
                     }
                 }
-                wk.dh1[q * d1 + k] += dot(&a[k * d1..(k + 1) * d1], &wk.kbar);
+                if k >= d0 {
+                    wk.dh1[q * d1 + k] += dot(&a[k * d1..(k + 1) * d1], &wk.kbar);
+                }
             }
         }
         // layer 1: ∂a_ij = ∂o_i·h⁰_j = ∂tok_i[x_j] + ∂pos_i[j]; four scatters per score
