@@ -4,13 +4,12 @@
 //! on a trained chain); runs are bit-identical for one seed and resume to the
 //! same bits; the trained model comes back with its hook points.
 
-use crate::support::{run_kept, verdict};
+use crate::support::{assert_deterministic_and_resumable, run_kept, verdict};
 use mechlab::papers::causal_structure::measure::Probe;
 use mechlab::papers::causal_structure::verdicts::{
     attends_to_parents, bars, control_misses_parents, ids, is_induction_head, near_bayes,
 };
 use mechlab::run::summary::Summary;
-use mechlab::run::RunCtx;
 
 fn run(preset: &str, overrides: &[&str]) -> (Summary, tempfile::TempDir) {
     run_kept("causal-structure", preset, overrides)
@@ -90,33 +89,13 @@ fn a_run_is_bit_identical_and_an_interrupted_one_resumes_to_the_same_summary() {
         "probe.mi_pis=4",
         "probe.start_seqs=2000",
     ];
-    let (a, b) = (
-        run("causal-structure-chain", &sets).0,
-        run("causal-structure-chain", &sets).0,
-    );
-    assert_eq!(a, b);
-    let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let resolved = mechlab::commands::resolve(
-        &mechlab::papers::registry(),
+    let dir = assert_deterministic_and_resumable(
+        "causal-structure",
         "causal-structure-chain",
-        &overrides,
-        None,
-    )
-    .unwrap();
-    let dir = tmp.path().join("c");
-    let mut ctx = RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
-    ctx.stop_at = Some(133);
-    assert!(resolved.prepared.run(&mut ctx).is_err());
-    let c = dir.display().to_string();
-    assert_eq!(
-        mechlab::cli::run(
-            mechlab::papers::registry(),
-            vec!["mechlab", "--quiet", "resume", &c]
-        )
-        .unwrap(),
-        0
+        &sets,
+        133,
+        tmp.path(),
     );
-    assert_eq!(mechlab::run::read_summary(&dir).unwrap(), a);
     // The trained model comes back with its hook points.
     let mut m = mechlab::inspect::load_model(&mechlab::papers::registry(), &dir, None).unwrap();
     let batch = mechlab_engine::hooks::Batch::new((0..40).map(|i| i % 10).collect(), 2, 20);

@@ -4,11 +4,10 @@
 //! absent); runs are bit-identical for one seed and resume to the same bits; the
 //! intervention moves the error and its control does not.
 
-use crate::support::{run_kept, verdict};
+use crate::support::{assert_deterministic_and_resumable, run_kept, verdict};
 use mechlab::papers::icl_regression::measure::RiskPoint;
 use mechlab::papers::icl_regression::verdicts::{does_not_adapt, ids};
 use mechlab::run::summary::Summary;
-use mechlab::run::RunCtx;
 
 /// A preset run in a temporary folder (its run is `run/` in it).
 fn run(preset: &str, overrides: &[&str]) -> (Summary, tempfile::TempDir) {
@@ -119,33 +118,13 @@ fn a_run_is_bit_identical_and_an_interrupted_one_resumes_to_the_same_summary() {
         "run.checkpoint_every=50",
         "data.batch=256",
     ];
-    let (a, b) = (
-        run("icl-regression-zfb", &sets).0,
-        run("icl-regression-zfb", &sets).0,
-    );
-    assert_eq!(a, b);
-    let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let resolved = mechlab::commands::resolve(
-        &mechlab::papers::registry(),
+    let dir = assert_deterministic_and_resumable(
+        "icl-regression",
         "icl-regression-zfb",
-        &overrides,
-        None,
-    )
-    .unwrap();
-    let dir = tmp.path().join("c");
-    let mut ctx = RunCtx::create(&dir, resolved.table.clone(), "test", true).unwrap();
-    ctx.stop_at = Some(133);
-    assert!(resolved.prepared.run(&mut ctx).is_err());
-    let c = dir.display().to_string();
-    assert_eq!(
-        mechlab::cli::run(
-            mechlab::papers::registry(),
-            vec!["mechlab", "--quiet", "resume", &c]
-        )
-        .unwrap(),
-        0
+        &sets,
+        133,
+        tmp.path(),
     );
-    assert_eq!(mechlab::run::read_summary(&dir).unwrap(), a);
     // The trained model comes back with its hook points.
     let mut m = mechlab::inspect::load_model(&mechlab::papers::registry(), &dir, None).unwrap();
     let batch = mechlab_engine::hooks::Batch::new((0..21).collect(), 1, 21);

@@ -52,3 +52,39 @@ pub fn first_effect(run: &std::path::Path) -> serde_json::Value {
     .unwrap();
     v["effects"][0].clone()
 }
+
+/// Runs `preset` of `paper` with `sets` twice and asserts the summaries are
+/// bit-identical; then interrupts a third run at step `stop`, resumes it with
+/// `mechlab resume` and asserts it ends at the same summary. Returns the resumed
+/// run's folder (in `dir`) for checks of its checkpoint.
+pub fn assert_deterministic_and_resumable(
+    paper: &str,
+    preset: &str,
+    sets: &[&str],
+    stop: u64,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    let (a, b) = (
+        run_kept(paper, preset, sets).0,
+        run_kept(paper, preset, sets).0,
+    );
+    assert_eq!(a, b);
+    let overrides: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let resolved =
+        mechlab::commands::resolve(&mechlab::papers::registry(), preset, &overrides, None).unwrap();
+    let run = dir.join("c");
+    let mut ctx = mechlab::run::RunCtx::create(&run, resolved.table.clone(), "test", true).unwrap();
+    ctx.stop_at = Some(stop);
+    assert!(resolved.prepared.run(&mut ctx).is_err());
+    let c = run.display().to_string();
+    assert_eq!(
+        mechlab::cli::run(
+            mechlab::papers::registry(),
+            vec!["mechlab", "--quiet", "resume", &c]
+        )
+        .unwrap(),
+        0
+    );
+    assert_eq!(mechlab::run::read_summary(&run).unwrap(), a);
+    run
+}
