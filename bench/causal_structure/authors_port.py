@@ -466,16 +466,21 @@ def probes(model, x, dag, S, T):
     if has.any():
         out["induction"] = float((a2[:, :T - 1] * match).sum(1)[has].mean())
         out["induction_uniform"] = float((match.sum(1) / T)[has].mean())
+    out.update(block_contrasts(model, S, T))
+    return out
+
+
+def block_contrasts(model, S, T):
+    """mean diagonal minus mean off-diagonal of A2's match block (query token x key's
+    layer-1 output token) and of W's copy block (layer-2 output token -> logits)."""
+    def contrast(blk):
+        off = (blk.sum() - np.trace(blk)) / (S * S - S)
+        return float(np.trace(blk) / S - off)
     d = S + T
     A2 = model.A[1][0].detach().double().numpy()
-    blk = A2[:S, d:d + S]  # query token x key's layer-1 output token
-    off = (blk.sum() - np.trace(blk)) / (S * S - S)
-    out["a2_ind_diag"] = float(np.trace(blk) / S - off)
     h1 = d * (1 + model.heads[0])
-    Wb = model.W.detach().double().numpy()[h1:h1 + S, :]  # layer-2 output token -> out
-    off = (Wb.sum() - np.trace(Wb)) / (S * S - S)
-    out["w_copy_diag"] = float(np.trace(Wb) / S - off)
-    return out
+    Wb = model.W.detach().double().numpy()[h1:h1 + S, :]
+    return {"a2_ind_diag": contrast(A2[:S, d:d + S]), "w_copy_diag": contrast(Wb)}
 
 
 def probes_control(model, x, parents, S, T):
@@ -506,15 +511,7 @@ def probes_control(model, x, parents, S, T):
     if has.any():
         out["induction"] = float((a2[:, :T - 1] * match).sum(1)[has].mean())
         out["induction_uniform"] = float((match.sum(1) / T)[has].mean())
-    d = S + T
-    A2 = model.A[1][0].detach().double().numpy()
-    blk = A2[:S, d:d + S]  # query token x key's layer-1 output token
-    off = (blk.sum() - np.trace(blk)) / (S * S - S)
-    out["a2_ind_diag"] = float(np.trace(blk) / S - off)
-    h1 = d * (1 + model.heads[0])
-    Wb = model.W.detach().double().numpy()[h1:h1 + S, :]  # layer-2 output token -> out
-    off = (Wb.sum() - np.trace(Wb)) / (S * S - S)
-    out["w_copy_diag"] = float(np.trace(Wb) / S - off)
+    out.update(block_contrasts(model, S, T))
     return out
 
 
