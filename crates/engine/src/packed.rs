@@ -5,7 +5,7 @@
 //! so every product re-packs the weight. Packing once at load and running a
 //! plain register-blocked kernel over the panels is a little faster.
 //! Measured on the 2-core machine (2026-12-04, `cargo run --release --example
-//! bench_packed`, one thread, 1 024 rows, GFLOP/s, `gemm` through the engine's
+//! bench_packed 1024`, one thread, 1 024 rows, GFLOP/s, `gemm` through the engine's
 //! `linear::forward` → packed): 229 → 250 at `in = 384, out = 1536`, 215 → 255 at
 //! `1536 → 384`, 239 → 256 at `384 → 384` (1.07–1.18×); a whole BERT pass
 //! (`bench_bert --speed`, 2 threads, four interleaved pairs against the code
