@@ -32,7 +32,7 @@ pub struct Eval {
     pub mse_zero: f64,
 }
 
-fn mse(pred: &[f64], y: &[f64]) -> f64 {
+pub(super) fn mse(pred: &[f64], y: &[f64]) -> f64 {
     pred.iter()
         .zip(y)
         .map(|(p, t)| (p - t).powi(2))
@@ -160,7 +160,7 @@ pub fn p_block(m: &Lsa, l: usize) -> DMatrix<f64> {
     DMatrix::from_fn(dd - 1, dd - 1, |i, j| p[i * dd + j])
 }
 
-fn cosine(a: &[f64], b: &[f64]) -> f64 {
+pub(super) fn cosine(a: &[f64], b: &[f64]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();

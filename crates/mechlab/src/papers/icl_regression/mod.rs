@@ -14,9 +14,11 @@
 
 pub mod analysis;
 pub mod data;
+pub mod gdpp;
 pub mod hooked;
 pub mod measure;
 pub mod model;
+mod model_config;
 #[cfg(test)]
 mod model_tests;
 mod report;
@@ -30,7 +32,7 @@ use crate::run::{RunConfig, RunCtx, RunError};
 use crate::train::{fit, OptimizerKind, TrainConfig};
 use data::{DataConfig, Task, XDist};
 use measure::{Eval, Probe};
-use model::{Init, Lsa, ModelConfig};
+use model::{Init, Lsa, ModelConfig, Param2};
 use serde::{Deserialize, Serialize};
 
 /// Which paper's claims a run is judged on.
@@ -233,6 +235,9 @@ fn run(cfg: &IclRegressionConfig, ctx: &mut RunCtx) -> Result<Summary, Experimen
     let lengths = measure::over_lengths(&model, &ev, seed, count, &p.lengths);
     let shifts = measure::under_shift(&model, &ev, seed, count, &p.shift_scales);
     let at_n = measure::over_lengths(&model, &ev, seed, count, &[cfg.data.n]);
+    // GD++ is what von Oswald et al. set deeper models beside; P = 0 models are GD
+    let gdpp = (cfg.model.layers >= 2 && matches!(cfg.model.param, Param2::Full | Param2::Blocks))
+        .then(|| gdpp::compare(&model, &ev, seed, gdpp::FIT_STEPS));
     let m = verdicts::Measured {
         fitted,
         last,
@@ -240,6 +245,7 @@ fn run(cfg: &IclRegressionConfig, ctx: &mut RunCtx) -> Result<Summary, Experimen
         shifts,
         at_n: at_n[0].clone(),
         sigma_scale: model.task().sigma[(0, 0)],
+        gdpp,
     };
     report::figures(cfg, &ev, &m, ctx)?;
     report::notes(cfg, &ev, &m, ctx)?;

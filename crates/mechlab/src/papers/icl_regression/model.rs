@@ -24,62 +24,11 @@
 //! count), and nothing is allocated in a step.
 
 use super::data::Task;
-use crate::rng::{stream, Stream};
+use super::model_config::initial;
+pub use super::model_config::{Init, ModelConfig, Param2};
 use crate::train::Trainable;
 use mechlab_engine::parallel::{for_each_chunk, reduce_ordered, sized_chunks};
 use mechlab_engine::{param, Param, Parameters};
-use rand_distr::{Distribution, StandardNormal};
-use serde::{Deserialize, Serialize};
-
-/// How the layers start.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Init {
-    /// Every entry of `P` and `Q` drawn from `N(0, init_scale²)`.
-    #[default]
-    Normal,
-    /// Zhang, Frei, Bartlett's initialisation (their Assumption 3.3, one layer):
-    /// `P = σ e_D e_Dᵀ` and `Q = −σ [[Θ Θᵀ, 0], [0, 0]]` with `Θ Θᵀ = I/√d`
-    /// (`‖Θ Θᵀ‖_F = 1`), `σ = init_scale`; every other entry 0.
-    Zfb,
-}
-
-/// Which entries of `P` and `Q` are trained.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Param2 {
-    /// All `D × D` entries of both (von Oswald et al.; Zhang, Frei, Bartlett).
-    #[default]
-    Full,
-    /// Ahn et al.'s code: `P = [[P_x, 0], [0, 1]]`, `Q = [[Q_x, 0], [0, 0]]`, only
-    /// the `d × d` blocks `P_x`, `Q_x` trained (the rest held where it starts).
-    Blocks,
-    /// Ahn et al.'s `P = 0` form: `P = [[0, 0], [0, 1]]` held, only `Q_x` trained,
-    /// so `L` layers are exactly `L` steps of preconditioned GD with
-    /// `B_l = −Q_lᵀ` on the prompt (the layers update only the labels' residuals).
-    Steps,
-}
-
-/// The `[model]` section.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ModelConfig {
-    pub layers: usize,
-    pub param: Param2,
-    pub init: Init,
-    pub init_scale: f64,
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        ModelConfig {
-            layers: 1,
-            param: Param2::Full,
-            init: Init::Normal,
-            init_scale: 0.01,
-        }
-    }
-}
 
 /// One layer's parameters.
 pub struct Layer {
@@ -213,6 +162,8 @@ pub struct Lsa {
     x_blocks_only: bool,
     /// `P` is held ([`Param2::Steps`]).
     p_held: bool,
+    /// Two numbers per layer ([`Param2::Gdpp`]).
+    gdpp: bool,
     /// Train through the full forward and backward of every layer (the
     /// reference) instead of the last layer's rank-one form (`Lsa::train_prompt`).
     pub reference: bool,
@@ -231,70 +182,21 @@ impl Parameters<f64> for Lsa {
 impl Lsa {
     pub fn new(cfg: &ModelConfig, task: Task, batch: usize, seed: u64) -> Lsa {
         let (d, dd, n) = (task.d, task.d + 1, task.n);
-        let mut rng = stream(seed, Stream::Init);
-        let s = cfg.init_scale;
-        let blocks = (0..cfg.layers)
-            .map(|l| {
-                let (p, q) = match cfg.init {
-                    Init::Normal => {
-                        let mut g = || -> Vec<f64> {
-                            (0..dd * dd)
-                                .map(|_| {
-                                    s * <StandardNormal as Distribution<f64>>::sample(
-                                        &StandardNormal,
-                                        &mut rng,
-                                    )
-                                })
-                                .collect()
-                        };
-                        (g(), g())
-                    }
-                    Init::Zfb => {
-                        let mut p = vec![0.0; dd * dd];
-                        let mut q = vec![0.0; dd * dd];
-                        p[dd * dd - 1] = s;
-                        for i in 0..d {
-                            q[i * dd + i] = -s / (d as f64).sqrt();
-                        }
-                        (p, q)
-                    }
-                };
-                let (p, q) = match cfg.param {
-                    Param2::Full => (p, q),
-                    // Ahn et al.'s structure: the x-blocks as drawn, P's y-y entry 1.
-                    Param2::Blocks => {
-                        let keep = |v: Vec<f64>, yy: f64| -> Vec<f64> {
-                            (0..dd * dd)
-                                .map(|k| match (k / dd < d, k % dd < d) {
-                                    (true, true) => v[k],
-                                    (false, false) => yy,
-                                    _ => 0.0,
-                                })
-                                .collect()
-                        };
-                        (keep(p, 1.0), keep(q, 0.0))
-                    }
-                    Param2::Steps => {
-                        let mut p0 = vec![0.0; dd * dd];
-                        p0[dd * dd - 1] = 1.0;
-                        let q = (0..dd * dd)
-                            .map(|k| if k / dd < d && k % dd < d { q[k] } else { 0.0 })
-                            .collect();
-                        (p0, q)
-                    }
-                };
-                Layer {
-                    p: param(&format!("blocks.{l}.attn.W_PV"), "pv", &[dd, dd], p),
-                    q: param(&format!("blocks.{l}.attn.W_KQ"), "kq", &[dd, dd], q),
-                }
+        let blocks = initial(cfg, d, seed)
+            .into_iter()
+            .enumerate()
+            .map(|(l, (p, q))| Layer {
+                p: param(&format!("blocks.{l}.attn.W_PV"), "pv", &[dd, dd], p),
+                q: param(&format!("blocks.{l}.attn.W_KQ"), "kq", &[dd, dd], q),
             })
             .collect();
         let chunks = sized_chunks(batch);
         Lsa {
             blocks,
             dd,
-            x_blocks_only: cfg.param != Param2::Full,
+            x_blocks_only: matches!(cfg.param, Param2::Blocks | Param2::Steps),
             p_held: cfg.param == Param2::Steps,
+            gdpp: cfg.param == Param2::Gdpp,
             reference: false,
             seed,
             z: vec![0.0; batch * (n + 1) * dd],
@@ -525,6 +427,21 @@ impl Lsa {
             let part = l * sq..(l + 1) * sq;
             reduce_ordered(b.p.grad_mut(), &work, |w| &w.gp[part.clone()]);
             reduce_ordered(b.q.grad_mut(), &work, |w| &w.gq[part.clone()]);
+        }
+        if self.gdpp {
+            let d = dd - 1;
+            for b in self.blocks.iter_mut() {
+                b.q.grad_mut().iter_mut().for_each(|v| *v = 0.0);
+                let g = b.p.grad_mut();
+                // the shared entry's gradient: the sum over the entries it stands for
+                let gamma: f64 = (0..d).map(|i| g[i * dd + i]).sum();
+                let eta = g[dd * dd - 1];
+                g.iter_mut().for_each(|v| *v = 0.0);
+                for i in 0..d {
+                    g[i * dd + i] = gamma;
+                }
+                g[dd * dd - 1] = eta;
+            }
         }
         if self.x_blocks_only {
             let d = dd - 1;

@@ -98,7 +98,7 @@ pub(super) fn notes(
     for (l, (c, rel)) in p.precond.iter().enumerate() {
         precond += &format!("| B_{l} against c Σ⁻¹: c, relative distance | {c:.4}, {rel:.4} |\n");
     }
-    ctx.notes(&format!(
+    ctx.notes(&(format!(
         "## Setting\n\nd = {}, N = {} context examples, inputs {}, covariance eigenvalues {:?}{}, w prior {}, noise {}; {} layer(s), init {} × {}; {} steps of {} at lr {}, batch {}.\n\n\
          ## Results\n\n| quantity | value |\n|---|---|\n\
          | error: model / one GD step (η* = {:.4}) / B* / predicting 0 | {:.5} / {:.5} / {:.5} / {:.5} |\n\
@@ -131,5 +131,16 @@ pub(super) fn notes(
         p.cos_opt,
         p.rel_b,
         p.diff_blocks,
-    ))
+    ) + &m.gdpp.as_ref().map_or(String::new(), |g| {
+        format!(
+            "| error: GD++ fitted, {} steps (γ_l; η_l) | {:.5} ({:.4?}; {:.4?}) |\n\
+             | against GD++: relative prediction difference, sensitivity cosine | {:.4}, {:.5} |\n",
+            g.gamma.len(),
+            g.mse,
+            g.gamma,
+            g.eta,
+            g.diff,
+            g.cos
+        )
+    })))
 }

@@ -57,6 +57,8 @@ pub struct Measured {
     pub at_n: RiskPoint,
     /// `Σ`'s scale when it is a multiple of `I` (`Σ[0, 0]`): `B ∝ Σ⁻¹` reads as a step size.
     pub sigma_scale: f64,
+    /// Beside fitted GD++ (models of two or more layers with `P`'s x-block trained).
+    pub gdpp: Option<super::gdpp::Reading>,
 }
 
 /// `global-min`'s rule: on the same fresh prompts of the training length, the
@@ -126,6 +128,19 @@ pub(super) fn summary(cfg: &IclRegressionConfig, ev: &Eval, m: &Measured) -> Sum
     for (l, (c, rel)) in p.precond.iter().enumerate() {
         s.metric(&format!("precond_scale_{l}"), *c);
         s.metric(&format!("precond_rel_{l}"), *rel);
+    }
+    if let Some(g) = &m.gdpp {
+        for (k, v) in [
+            ("gdpp_mse", g.mse),
+            ("gdpp_diff", g.diff),
+            ("gdpp_cos", g.cos),
+        ] {
+            s.metric(k, v);
+        }
+        for (l, (gamma, eta)) in g.gamma.iter().zip(&g.eta).enumerate() {
+            s.metric(&format!("gdpp_gamma_{l}"), *gamma);
+            s.metric(&format!("gdpp_eta_{l}"), *eta);
+        }
     }
     for (what, pts) in [("length", &m.lengths), ("shift", &m.shifts)] {
         for pt in pts {
