@@ -148,25 +148,11 @@ mod tests {
     use super::*;
     use crate::papers::icl_regression::data::{DataConfig, Prompts, XDist};
     use crate::papers::icl_regression::theory;
-    use crate::rng::stream;
 
+    /// The gradient checks' small task (d = 3, N = 4, rotated covariance, noise),
+    /// here with two GD++ layers.
     fn small() -> (Lsa, Prompts) {
-        let cfg = DataConfig {
-            d: 3,
-            n: 4,
-            cov_eigs: vec![0.5, 1.0, 2.0],
-            cov_rotate: true,
-            noise: 0.1,
-            ..DataConfig::default()
-        };
-        let task = Task::new(&cfg, 5);
-        let pr = Prompts::draw(&task, &mut stream(6, Stream::Sample), 7, cfg.n);
-        let mc = ModelConfig {
-            layers: 2,
-            param: Param2::Gdpp,
-            ..ModelConfig::default()
-        };
-        (Lsa::new(&mc, task, 7, 5), pr)
+        crate::papers::icl_regression::model_tests::setup(2, Param2::Gdpp, 1.0)
     }
 
     fn set(m: &mut Lsa, l: usize, gamma: f64, eta: f64) {

@@ -12,7 +12,7 @@ use crate::train::Trainable;
 use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
 use mechlab_engine::Parameters;
 
-fn setup(layers: usize, param: Param2, scale: f64) -> (Lsa, Prompts) {
+pub(super) fn setup(layers: usize, param: Param2, scale: f64) -> (Lsa, Prompts) {
     let cfg = DataConfig {
         d: 3,
         n: 4,
