@@ -1,6 +1,8 @@
 //! What the bench examples share: the share of this machine's measured
 //! matrix-product peak that a step's executed FLOPs reach.
 
+pub mod fma;
+
 use mechlab_engine::matmul::measured_peak_gflops;
 use mechlab_engine::Float;
 
@@ -8,6 +10,7 @@ use mechlab_engine::Float;
 /// n = 1024, the denominator every benchmark uses) and gives the line
 /// `flops_per_step F peak_gflops P share_pct S` for a step of `flops` FLOPs that
 /// took `seconds`; the run scripts read that line.
+#[allow(dead_code)]
 pub fn share_line<T: Float>(flops: f64, seconds: f64) -> String {
     let peak = measured_peak_gflops::<T>(1024, rayon::current_num_threads(), 8);
     let share = 100.0 * flops / seconds / 1e9 / peak;
