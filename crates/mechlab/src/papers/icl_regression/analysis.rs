@@ -46,6 +46,7 @@ fn hooked(
     Ok((
         HookedLsa {
             layers,
+            softmax_heads: m.softmax_heads(),
             dd: m.dd,
             table: ev.prompts.z.clone(),
             per_prompt: cfg.data.n + 1,

@@ -89,6 +89,9 @@ pub struct Probe {
     pub cos_gd: f64,
     pub cos_opt: f64,
     /// Each layer's effective preconditioner `B_l = −P_l[D, D] · Q_l[x, x]ᵀ`.
+    /// This and the other readings of the weights (`rel_b`, `precond`,
+    /// `whitened`, `p_identity`, `diff_blocks`) are linear attention's: empty or
+    /// NaN with softmax attention, whose prediction is not a preconditioned step.
     pub b: Vec<DMatrix<f64>>,
     /// One layer: `‖B_0 − B*‖_F / ‖B*‖_F`.
     pub rel_b: f64,
@@ -124,6 +127,7 @@ impl Probe {
             ("model_diff", self.model_diff),
         ]
         .into_iter()
+        .filter(|(_, v)| !v.is_nan())
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         for (l, (w, pi)) in self.whitened.iter().zip(&self.p_identity).enumerate() {
@@ -177,7 +181,8 @@ pub fn probe(m: &Lsa, ev: &Eval) -> Probe {
     let (d, n) = (task.d, task.n);
     let pr = &ev.prompts;
     let pred = m.predict(&pr.z, n, None);
-    let layers = m.blocks.len();
+    let linear = m.softmax_heads().is_none();
+    let layers = if linear { m.blocks.len() } else { 0 };
     let b: Vec<DMatrix<f64>> = (0..layers).map(|l| effective(m, l)).collect();
     let sigma_inv = task
         .sigma
@@ -200,7 +205,9 @@ pub fn probe(m: &Lsa, ev: &Eval) -> Probe {
             .sum::<f64>()
             .sqrt();
         cos_opt += cosine(&s, o.as_slice());
-        blocks.push(theory::preconditioned_gd(q, n, d, &b));
+        if linear {
+            blocks.push(theory::preconditioned_gd(q, n, d, &b));
+        }
     }
     let count = pr.len() as f64;
     Probe {
@@ -209,12 +216,18 @@ pub fn probe(m: &Lsa, ev: &Eval) -> Probe {
         diff_opt: rel_diff(&pred, &ev.opt),
         cos_gd: cos_gd / count,
         cos_opt: cos_opt / count,
-        rel_b: (&b[0] - &ev.b_star).norm() / ev.b_star.norm(),
+        rel_b: b
+            .first()
+            .map_or(f64::NAN, |b0| (b0 - &ev.b_star).norm() / ev.b_star.norm()),
         precond: b
             .iter()
             .map(|bl| theory::scaled_distance(bl, &sigma_inv))
             .collect(),
-        diff_blocks: rel_diff(&pred, &blocks),
+        diff_blocks: if linear {
+            rel_diff(&pred, &blocks)
+        } else {
+            f64::NAN
+        },
         whitened: b
             .iter()
             .map(|bl| identity_distance(&(&task.root * bl * &task.root)))

@@ -22,6 +22,9 @@ mod model_config;
 #[cfg(test)]
 mod model_tests;
 mod report;
+pub mod softmax;
+#[cfg(test)]
+mod softmax_tests;
 pub mod theory;
 pub mod verdicts;
 
@@ -32,7 +35,7 @@ use crate::run::{RunConfig, RunCtx, RunError};
 use crate::train::{fit, OptimizerKind, TrainConfig};
 use data::{DataConfig, Task, XDist};
 use measure::{Eval, Probe};
-use model::{Init, Lsa, ModelConfig, Param2};
+use model::{Attention, Init, Lsa, ModelConfig, Param2};
 use serde::{Deserialize, Serialize};
 
 /// Which paper's claims a run is judged on.
@@ -125,6 +128,7 @@ pub const PRESETS: &[Preset] = &[
     crate::preset!("icl-regression-precond"),
     crate::preset!("icl-regression-zfb"),
     crate::preset!("icl-regression-3l"),
+    crate::preset!("icl-regression-softmax"),
 ];
 
 impl Paper for IclRegression {
@@ -142,16 +146,14 @@ impl Paper for IclRegression {
         c.data.check()?;
         c.train.resolved_stages()?;
         let m = &c.model;
-        if !(1..=8).contains(&m.layers) {
-            return Err(format!("model.layers = {}: must be in 1..=8", m.layers));
-        }
-        if !(m.init_scale.is_finite() && m.init_scale > 0.0) {
+        m.check()?;
+        let p = &c.probe;
+        if m.attention == Attention::Softmax && p.claims != Claims::None {
             return Err(format!(
-                "model.init_scale = {}: must be finite and > 0 (P = Q = 0 is a stationary point)",
-                m.init_scale
+                "probe.claims = \"{}\" judges linear attention's weights against the papers' constructions: with model.attention = \"softmax\" use probe.claims = \"none\" (the comparison with GD is measured)",
+                crate::config::name_of(&p.claims)
             ));
         }
-        let p = &c.probe;
         if matches!(
             p.claims,
             Claims::OneStep | Claims::Preconditioner | Claims::GlobalMin
@@ -236,8 +238,10 @@ fn run(cfg: &IclRegressionConfig, ctx: &mut RunCtx) -> Result<Summary, Experimen
     let shifts = measure::under_shift(&model, &ev, seed, count, &p.shift_scales);
     let at_n = measure::over_lengths(&model, &ev, seed, count, &[cfg.data.n]);
     // GD++ is what von Oswald et al. set deeper models beside; P = 0 models are GD
-    let gdpp = (cfg.model.layers >= 2 && matches!(cfg.model.param, Param2::Full | Param2::Blocks))
-        .then(|| gdpp::compare(&model, &ev, seed, gdpp::FIT_STEPS));
+    let gdpp = (cfg.model.layers >= 2
+        && cfg.model.attention == Attention::Linear
+        && matches!(cfg.model.param, Param2::Full | Param2::Blocks))
+    .then(|| gdpp::compare(&model, &ev, seed, gdpp::FIT_STEPS));
     let m = verdicts::Measured {
         fitted,
         last,

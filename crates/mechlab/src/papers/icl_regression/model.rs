@@ -25,7 +25,8 @@
 
 use super::data::Task;
 use super::model_config::initial;
-pub use super::model_config::{Init, ModelConfig, Param2};
+pub use super::model_config::{Attention, Init, ModelConfig, Param2};
+use super::softmax::{self, Shape, SoftWork};
 use crate::train::Trainable;
 use mechlab_engine::parallel::{for_each_chunk, reduce_ordered, sized_chunks};
 use mechlab_engine::{param, Param, Parameters};
@@ -167,6 +168,10 @@ pub struct Lsa {
     /// Train through the full forward and backward of every layer (the
     /// reference) instead of the last layer's rank-one form (`Lsa::train_prompt`).
     pub reference: bool,
+    /// Softmax attention ([`super::softmax`]) with this many heads; `P`, `Q` are
+    /// then `[H, D, D]`. `None`: linear attention.
+    softmax_heads: Option<usize>,
+    soft: Vec<SoftWork>,
     task: Task,
     seed: u64,
     /// The training batch, `[batch, n + 1, D]` and `[batch]`.
@@ -185,12 +190,19 @@ impl Lsa {
         let blocks = initial(cfg, d, seed)
             .into_iter()
             .enumerate()
-            .map(|(l, (p, q))| Layer {
-                p: param(&format!("blocks.{l}.attn.W_PV"), "pv", &[dd, dd], p),
-                q: param(&format!("blocks.{l}.attn.W_KQ"), "kq", &[dd, dd], q),
+            .map(|(l, (p, q))| {
+                let shape = match cfg.attention {
+                    Attention::Linear => vec![dd, dd],
+                    Attention::Softmax => vec![cfg.heads, dd, dd],
+                };
+                Layer {
+                    p: param(&format!("blocks.{l}.attn.W_PV"), "pv", &shape, p),
+                    q: param(&format!("blocks.{l}.attn.W_KQ"), "kq", &shape, q),
+                }
             })
             .collect();
         let chunks = sized_chunks(batch);
+        let softmax_heads = (cfg.attention == Attention::Softmax).then_some(cfg.heads);
         Lsa {
             blocks,
             dd,
@@ -198,6 +210,8 @@ impl Lsa {
             p_held: cfg.param == Param2::Steps,
             gdpp: cfg.param == Param2::Gdpp,
             reference: false,
+            softmax_heads,
+            soft: Vec::new(),
             seed,
             z: vec![0.0; batch * (n + 1) * dd],
             y: vec![0.0; batch],
@@ -210,9 +224,58 @@ impl Lsa {
         &self.task
     }
 
-    /// Layer `l`'s `P` and `Q` (`[D, D]` row-major).
+    /// Layer `l`'s `P` and `Q` (`[D, D]` row-major; `[H, D, D]` with softmax
+    /// attention).
     pub fn pq(&self, l: usize) -> (&[f64], &[f64]) {
         (self.blocks[l].p.value(), self.blocks[l].q.value())
+    }
+
+    /// Softmax attention's heads per layer (`None`: linear attention).
+    pub fn softmax_heads(&self) -> Option<usize> {
+        self.softmax_heads
+    }
+
+    fn soft_shape(&self, heads: usize, m: usize) -> Shape {
+        Shape {
+            layers: self.blocks.len(),
+            heads,
+            m,
+            dd: self.dd,
+        }
+    }
+
+    /// [`Lsa::loss_and_grad`] with softmax attention: the same chunks and
+    /// ordered reduction.
+    fn soft_loss_and_grad(&mut self, heads: usize, z: &[f64], y: &[f64], m: usize) -> f64 {
+        let count = y.len();
+        let shape = self.soft_shape(heads, m);
+        let mut work = std::mem::take(&mut self.soft);
+        if work.len() != sized_chunks(count) || work[0].shape.m != m {
+            work = (0..sized_chunks(count))
+                .map(|_| SoftWork::new(shape))
+                .collect();
+        }
+        let this = &*self;
+        let stride = (m + 1) * self.dd;
+        let inv_b = 1.0 / count as f64;
+        for_each_chunk(count, &mut work, |_, items, wk| {
+            wk.gp.iter_mut().for_each(|v| *v = 0.0);
+            wk.gq.iter_mut().for_each(|v| *v = 0.0);
+            wk.loss = 0.0;
+            for i in items {
+                let prompt = &z[i * stride..(i + 1) * stride];
+                wk.loss += softmax::train_prompt(&this.blocks, prompt, y[i], inv_b, wk);
+            }
+        });
+        let per = heads * self.dd * self.dd;
+        for (l, b) in self.blocks.iter_mut().enumerate() {
+            let part = l * per..(l + 1) * per;
+            reduce_ordered(b.p.grad_mut(), &work, |w| &w.gp[part.clone()]);
+            reduce_ordered(b.q.grad_mut(), &work, |w| &w.gq[part.clone()]);
+        }
+        let loss = work.iter().map(|w| w.loss).sum::<f64>() * inv_b;
+        self.soft = work;
+        loss
     }
 
     /// The forward pass of one prompt `[m + 1, D]` (`m` context examples), keeping
@@ -396,6 +459,9 @@ impl Lsa {
     /// Half the mean squared error of the model's predictions on `z`, `y` (`m`
     /// examples per prompt), with `∂/∂P_l`, `∂/∂Q_l` added into the gradients.
     pub fn loss_and_grad(&mut self, z: &[f64], y: &[f64], m: usize) -> f64 {
+        if let Some(heads) = self.softmax_heads {
+            return self.soft_loss_and_grad(heads, z, y, m);
+        }
         let (dd, layers, count) = (self.dd, self.blocks.len(), y.len());
         let mut work = std::mem::take(&mut self.work);
         if work.len() != sized_chunks(count) || work[0].g.len() < (m + 1) * dd {
@@ -467,6 +533,14 @@ impl Lsa {
     /// (analysis; allocates).
     pub fn predict(&self, z: &[f64], m: usize, skip: Option<usize>) -> Vec<f64> {
         let stride = (m + 1) * self.dd;
+        if let Some(heads) = self.softmax_heads {
+            assert!(skip.is_none(), "a layer ablation is linear attention's");
+            let mut wk = SoftWork::new(self.soft_shape(heads, m));
+            return z
+                .chunks_exact(stride)
+                .map(|p| softmax::forward(&self.blocks, p, &mut wk))
+                .collect();
+        }
         let mut wk = Work::new(self.blocks.len(), m, self.dd);
         wk.load(&self.blocks, self.dd);
         z.chunks_exact(stride)
@@ -477,6 +551,10 @@ impl Lsa {
     /// `∂ŷ/∂x_q` `[d]` of one prompt: `−[(I + C_0)ᵀ ⋯ (I + C_{L−1})ᵀ e_D]_{1..d}`
     /// (analysis; allocates).
     pub fn sensitivity(&self, prompt: &[f64], m: usize) -> Vec<f64> {
+        if let Some(heads) = self.softmax_heads {
+            let mut wk = SoftWork::new(self.soft_shape(heads, m));
+            return softmax::sensitivity(&self.blocks, prompt, &mut wk);
+        }
         let (dd, layers) = (self.dd, self.blocks.len());
         let mut wk = Work::new(layers, m, dd);
         wk.load(&self.blocks, dd);

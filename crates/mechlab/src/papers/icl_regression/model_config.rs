@@ -41,11 +41,27 @@ pub enum Param2 {
     Gdpp,
 }
 
+/// How a layer's tokens attend to the context.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Linear self-attention, `(1/m) Σ_j (z_jᵀ Q z_i) P z_j` (the papers' model).
+    #[default]
+    Linear,
+    /// Softmax attention over the context tokens, `Σ_j softmax_j(z_jᵀ Q_h z_i) P_h z_j`
+    /// summed over `heads` heads (von Oswald et al.'s `use_softmax`, their
+    /// `1/√key_size` folded into `Q`; [`super::softmax`]).
+    Softmax,
+}
+
 /// The `[model]` section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     pub layers: usize,
+    pub attention: Attention,
+    /// Heads per layer (softmax attention only: linear heads add up to one).
+    pub heads: usize,
     pub param: Param2,
     pub init: Init,
     pub init_scale: f64,
@@ -55,6 +71,8 @@ impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             layers: 1,
+            attention: Attention::Linear,
+            heads: 1,
             param: Param2::Full,
             init: Init::Normal,
             init_scale: 0.01,
@@ -62,8 +80,43 @@ impl Default for ModelConfig {
     }
 }
 
-/// Each layer's starting `P` and `Q` (`[D, D]` row-major) for `cfg`, drawn from
-/// the seed's [`Stream::Init`] where `cfg.init` is random.
+impl ModelConfig {
+    /// The rules [`initial`] and the model rely on.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=8).contains(&self.layers) {
+            return Err(format!("model.layers = {}: must be in 1..=8", self.layers));
+        }
+        if !(self.init_scale.is_finite() && self.init_scale > 0.0) {
+            return Err(format!(
+                "model.init_scale = {}: must be finite and > 0 (P = Q = 0 is a stationary point)",
+                self.init_scale
+            ));
+        }
+        if !(1..=8).contains(&self.heads) {
+            return Err(format!("model.heads = {}: must be in 1..=8", self.heads));
+        }
+        if self.attention == Attention::Linear && self.heads != 1 {
+            return Err(format!(
+                "model.heads = {}: linear heads add up to one head (a sum of P A Q); heads > 1 needs model.attention = \"softmax\"",
+                self.heads
+            ));
+        }
+        if self.attention == Attention::Softmax
+            && (self.param != Param2::Full || self.init != Init::Normal)
+        {
+            return Err(format!(
+                "model.attention = \"softmax\" trains every entry from a normal draw: model.param = \"{}\" and model.init = \"{}\" are linear attention's forms (use \"full\" and \"normal\")",
+                crate::config::name_of(&self.param),
+                crate::config::name_of(&self.init)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Each layer's starting `P` and `Q` (`[D, D]` row-major; `[H, D, D]` with
+/// `H = cfg.heads`) for `cfg`, drawn from the seed's [`Stream::Init`] where
+/// `cfg.init` is random.
 pub(super) fn initial(cfg: &ModelConfig, d: usize, seed: u64) -> Vec<(Vec<f64>, Vec<f64>)> {
     let dd = d + 1;
     let mut rng = stream(seed, Stream::Init);
@@ -73,7 +126,7 @@ pub(super) fn initial(cfg: &ModelConfig, d: usize, seed: u64) -> Vec<(Vec<f64>, 
             let (p, q) = match cfg.init {
                 Init::Normal => {
                     let mut g = || -> Vec<f64> {
-                        (0..dd * dd)
+                        (0..cfg.heads * dd * dd)
                             .map(|_| {
                                 s * <StandardNormal as Distribution<f64>>::sample(
                                     &StandardNormal,

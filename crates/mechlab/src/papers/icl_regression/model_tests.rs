@@ -28,6 +28,7 @@ pub(super) fn setup(layers: usize, param: Param2, scale: f64) -> (Lsa, Prompts) 
         param,
         init: Init::Normal,
         init_scale: scale,
+        ..ModelConfig::default()
     };
     (Lsa::new(&mc, task, 7, 5), pr)
 }

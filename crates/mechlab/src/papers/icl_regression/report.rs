@@ -41,6 +41,10 @@ pub(super) fn figures(
     )?;
     let d = cfg.data.d;
     let idx: Vec<f64> = (0..d * d).map(|i| i as f64).collect();
+    if m.last.b.is_empty() {
+        // softmax attention: no layer is a preconditioned step to draw
+        return risk_figures(m, ctx);
+    }
     let mut fig = Figure::lines(
         "preconditioner",
         "Effective preconditioner B_l = −P_l[D, D] Q_l[x, x]ᵀ, entries",
@@ -62,6 +66,10 @@ pub(super) fn figures(
     ctx.figure(
         &fig.caption("Each layer's effective preconditioner beside the one-layer optimum B*."),
     )?;
+    risk_figures(m, ctx)
+}
+
+fn risk_figures(m: &Measured, ctx: &mut RunCtx) -> Result<(), RunError> {
     for (id, title, x, pts) in [
         ("risk_lengths", "Risk over prompt length", "M", &m.lengths),
         (
@@ -94,18 +102,22 @@ pub(super) fn notes(
     ctx: &mut RunCtx,
 ) -> Result<(), RunError> {
     let (dc, p) = (&cfg.data, &m.last);
-    let mut precond = String::new();
+    let mut weights = String::new();
+    if cfg.model.attention == super::model::Attention::Linear {
+        weights += &format!(
+            "| ‖B_0 − B*‖/‖B*‖ | {:.4} |\n| model against L preconditioned steps with its own B_l (relative difference) | {:.4} |\n",
+            p.rel_b, p.diff_blocks
+        );
+    }
     for (l, (c, rel)) in p.precond.iter().enumerate() {
-        precond += &format!("| B_{l} against c Σ⁻¹: c, relative distance | {c:.4}, {rel:.4} |\n");
+        weights += &format!("| B_{l} against c Σ⁻¹: c, relative distance | {c:.4}, {rel:.4} |\n");
     }
     ctx.notes(&(format!(
-        "## Setting\n\nd = {}, N = {} context examples, inputs {}, covariance eigenvalues {:?}{}, w prior {}, noise {}; {} layer(s), init {} × {}; {} steps of {} at lr {}, batch {}.\n\n\
+        "## Setting\n\nd = {}, N = {} context examples, inputs {}, covariance eigenvalues {:?}{}, w prior {}, noise {}; {} layer(s){}, init {} × {}; {} steps of {} at lr {}, batch {}.\n\n\
          ## Results\n\n| quantity | value |\n|---|---|\n\
          | error: model / one GD step (η* = {:.4}) / B* / predicting 0 | {:.5} / {:.5} / {:.5} / {:.5} |\n\
          | against one GD step: relative prediction difference, sensitivity cosine | {:.4}, {:.5} |\n\
-         | against B*: relative prediction difference, sensitivity cosine | {:.4}, {:.5} |\n\
-         | ‖B_0 − B*‖/‖B*‖ | {:.4} |\n\
-         | model against L preconditioned steps with its own B_l (relative difference) | {:.4} |\n{precond}",
+         | against B*: relative prediction difference, sensitivity cosine | {:.4}, {:.5} |\n{weights}",
         dc.d,
         dc.n,
         crate::config::name_of(&dc.x),
@@ -114,6 +126,10 @@ pub(super) fn notes(
         crate::config::name_of(&dc.w_prior),
         dc.noise,
         cfg.model.layers,
+        match cfg.model.attention {
+            super::model::Attention::Linear => String::new(),
+            super::model::Attention::Softmax => format!(" of softmax attention, {} head(s)", cfg.model.heads),
+        },
         super::init_name(&cfg.model),
         cfg.model.init_scale,
         cfg.train.steps,
@@ -129,8 +145,6 @@ pub(super) fn notes(
         p.cos_gd,
         p.diff_opt,
         p.cos_opt,
-        p.rel_b,
-        p.diff_blocks,
     ) + &m.gdpp.as_ref().map_or(String::new(), |g| {
         format!(
             "| error: GD++ fitted, {} steps (γ_l; η_l) | {:.5} ({:.4?}; {:.4?}) |\n\
