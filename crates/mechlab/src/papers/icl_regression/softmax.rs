@@ -58,7 +58,8 @@ pub struct SoftWork {
     pub shape: Shape,
     /// `E_0 … E_L` `[L + 1, m + 1, D]`.
     pub e: Vec<f64>,
-    /// Per layer and head: `U` `[m + 1, D]`, the pattern `[m + 1, m]`, `V` `[m + 1, D]`.
+    /// Per layer and head: `U` `[m + 1, D]`, the pattern `[m + 1, m]`, `V` `[m + 1, D]`
+    /// (the last layer's hold the query's row `m` alone; the rows above are stale).
     u: Vec<f64>,
     pub pattern: Vec<f64>,
     v: Vec<f64>,
