@@ -7,12 +7,11 @@
 use super::data::{DataConfig, Prompts, Task};
 use super::hooked::HookedLsa;
 use super::model::{Attention, Lsa, ModelConfig};
+use super::model_tests::step_on_threads;
 use super::softmax::{self, Shape, SoftWork};
 use crate::rng::{stream, Stream};
-use crate::train::Trainable;
 use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
 use mechlab_engine::hooks::{Batch, HookedModel};
-use mechlab_engine::Parameters;
 
 const N: usize = 4;
 /// The factor on `Q` that saturates layer 0's patterns in the gradient check.
@@ -170,31 +169,12 @@ fn the_softmax_sensitivity_is_the_derivative_of_the_prediction() {
 
 #[test]
 fn the_softmax_step_is_bit_identical_for_any_thread_count() {
-    let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            let cfg = DataConfig {
-                batch: 1500,
-                ..DataConfig::default()
-            };
-            let task = Task::new(&cfg, 2);
-            let mc = ModelConfig {
-                attention: Attention::Softmax,
-                heads: 2,
-                ..ModelConfig::default()
-            };
-            let mut m = Lsa::new(&mc, task, cfg.batch, 2);
-            m.zero_grad();
-            let loss = m.train_step(3);
-            let mut g = vec![loss];
-            m.visit(&mut |p| g.extend_from_slice(p.grad()));
-            g
-        })
+    let mc = ModelConfig {
+        attention: Attention::Softmax,
+        heads: 2,
+        ..ModelConfig::default()
     };
-    let (a, b) = (run(1), run(4));
+    let (a, b) = (step_on_threads(&mc, 1), step_on_threads(&mc, 4));
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
 }
 
