@@ -211,11 +211,28 @@ impl Lsa {
             gdpp: cfg.param == Param2::Gdpp,
             reference: false,
             softmax_heads,
-            soft: Vec::new(),
+            // one of the two workspaces, sized for the training batch (nothing
+            // is allocated in a step)
+            soft: match softmax_heads {
+                Some(heads) => (0..chunks)
+                    .map(|_| {
+                        SoftWork::new(Shape {
+                            layers: cfg.layers,
+                            heads,
+                            m: n,
+                            dd,
+                        })
+                    })
+                    .collect(),
+                None => Vec::new(),
+            },
             seed,
             z: vec![0.0; batch * (n + 1) * dd],
             y: vec![0.0; batch],
-            work: (0..chunks).map(|_| Work::new(cfg.layers, n, dd)).collect(),
+            work: match softmax_heads {
+                Some(_) => Vec::new(),
+                None => (0..chunks).map(|_| Work::new(cfg.layers, n, dd)).collect(),
+            },
             task,
         }
     }
