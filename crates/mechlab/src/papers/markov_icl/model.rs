@@ -1,6 +1,4 @@
 //! The authors' two-layer attention-only transformer with relative positions.
-//! (One file past 600 lines, as nanoGPT keeps one model in one file: its forward
-//! and hand-written backward are read side by side; the tests are in `model_tests.rs`.)
 //!
 //! Edelman et al. train `Relative_Transformer` (`mingpt/model_rpe.py`): token
 //! embedding, then per layer a pre-LayerNorm causal attention whose score adds a
