@@ -81,7 +81,7 @@ impl Default for ModelConfig {
 }
 
 impl ModelConfig {
-    /// The rules [`initial`] and the model rely on.
+    /// The rules the initial draw and the model rely on.
     pub fn check(&self) -> Result<(), String> {
         if !(1..=8).contains(&self.layers) {
             return Err(format!("model.layers = {}: must be in 1..=8", self.layers));
