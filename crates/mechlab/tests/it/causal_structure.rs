@@ -7,7 +7,7 @@
 use crate::support::{assert_deterministic_and_resumable, run_kept, verdict};
 use mechlab::papers::causal_structure::measure::Probe;
 use mechlab::papers::causal_structure::verdicts::{
-    attends_to_parents, bars, control_misses_parents, ids, is_induction_head, near_bayes,
+    attends_to_parents, authors, bars, control_misses_parents, ids, is_induction_head, near_bayes,
 };
 use mechlab::run::summary::Summary;
 
@@ -129,4 +129,42 @@ fn bad_configs_name_their_key() {
                 .to_string();
         assert!(e.contains(key), "{set}: {e}");
     }
+}
+
+/// `reproduce` runs four settings small and the random graph at the presets'
+/// size, and each is judged against the authors' numbers measured there; one
+/// step off a measured setting has no bars (the rules keep their own parts).
+#[test]
+fn each_reproduce_setting_has_the_authors_bars_for_its_size() {
+    use mechlab::papers::causal_structure::{verdicts::Setting, CausalConfig, REPRODUCE_SMALL};
+    let reg = mechlab::papers::registry();
+    let exp = reg.find("causal-structure").unwrap();
+    let config = |preset: &str, overrides: &[String]| -> CausalConfig {
+        let r = mechlab::commands::resolve(&reg, preset, overrides, None).unwrap();
+        toml::Value::Table(r.table).try_into().unwrap()
+    };
+    let items = exp.reproduce();
+    assert_eq!(items.len(), 5);
+    for item in &items {
+        let cfg = config(item.preset, &item.overrides);
+        let want = if item.preset == "causal-structure-random" {
+            Setting::Preset
+        } else {
+            assert_eq!(item.overrides, REPRODUCE_SMALL, "{}", item.preset);
+            Setting::Small
+        };
+        assert_eq!(Setting::of(&cfg), Some(want), "{}", item.preset);
+        assert!(authors(&cfg).is_some(), "{}", item.preset);
+    }
+    // The small chain's bars are the small runs' (their parent attention is
+    // 0.86 there against 0.80 at the presets' size).
+    let small = |extra: &str| {
+        let mut o: Vec<String> = REPRODUCE_SMALL.iter().map(|s| s.to_string()).collect();
+        o.push(extra.to_string());
+        config("causal-structure-chain", &o)
+    };
+    let a = authors(&small("seed=1")).unwrap();
+    assert!(a.parent.mean > bars::CHAIN.parent.mean + 0.05);
+    assert_eq!(Setting::of(&small("train.steps=999")), None);
+    assert_eq!(Setting::of(&small("train.lr=4.0")), None);
 }
