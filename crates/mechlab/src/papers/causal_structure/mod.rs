@@ -189,17 +189,17 @@ impl Paper for CausalStructure {
         // a preset run); the random graphs at the presets' size, the smallest
         // where the authors' training finds their parents (7 of 9 graphs; 1 of 9
         // at the small size: docs/causal-structure.md, "What reproduce runs").
-        let small = [
-            "causal-structure-chain",
-            "causal-structure-icl",
-            "causal-structure-redraw",
-            "causal-structure-shuffle",
+        let full: &[&str] = &[];
+        [
+            ("causal-structure-chain", REPRODUCE_SMALL),
+            ("causal-structure-icl", REPRODUCE_SMALL),
+            ("causal-structure-random", full),
+            ("causal-structure-redraw", REPRODUCE_SMALL),
+            ("causal-structure-shuffle", REPRODUCE_SMALL),
         ]
-        .map(|preset| ReproduceItem::new(preset, REPRODUCE_SMALL).with_seeds(3));
-        small
-            .into_iter()
-            .chain([ReproduceItem::new("causal-structure-random", &[]).with_seeds(3)])
-            .collect()
+        .into_iter()
+        .map(|(preset, overrides)| ReproduceItem::new(preset, overrides).with_seeds(3))
+        .collect()
     }
     fn claims(&self, cfg: &CausalConfig) -> &'static [Claim] {
         // On random graphs the authors' training (their code ported and checked,
