@@ -238,6 +238,14 @@ impl Task {
         // d ≤ 64 (DataConfig::check): stack scratch, nothing allocated per batch.
         let (mut xi, mut w) = ([0.0; 64], [0.0; 64]);
         let (xi, w) = (&mut xi[..d], &mut w[..d]);
+        // Σ^{1/2} row-major: the same products in the same order as indexing the
+        // column-major matrix, without its index arithmetic per entry
+        let mut root = [0.0; 64 * 64];
+        for (r, row) in root.chunks_exact_mut(d).take(d).enumerate() {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = self.root[(r, c)];
+            }
+        }
         for (p, target) in y.iter_mut().enumerate() {
             xi.iter_mut().for_each(|v| *v = normal(rng));
             for (r, wr) in w.iter_mut().enumerate() {
@@ -248,15 +256,16 @@ impl Task {
                 match self.x {
                     XDist::Uniform => {
                         let h = self.half_range;
-                        xi.iter_mut().for_each(|v| *v = rng.random_range(-h..h))
+                        tok[..d]
+                            .iter_mut()
+                            .for_each(|v| *v = rng.random_range(-h..h));
                     }
-                    XDist::Gaussian => xi.iter_mut().for_each(|v| *v = normal(rng)),
-                }
-                for r in 0..d {
-                    tok[r] = match self.x {
-                        XDist::Uniform => xi[r],
-                        XDist::Gaussian => (0..d).map(|c| self.root[(r, c)] * xi[c]).sum(),
-                    };
+                    XDist::Gaussian => {
+                        xi.iter_mut().for_each(|v| *v = normal(rng));
+                        for (t, row) in tok[..d].iter_mut().zip(root.chunks_exact(d)) {
+                            *t = row.iter().zip(xi.iter()).map(|(a, x)| a * x).sum();
+                        }
+                    }
                 }
                 let eps = if self.noise > 0.0 {
                     self.noise * normal(rng)

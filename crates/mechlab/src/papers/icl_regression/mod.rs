@@ -21,10 +21,12 @@ pub mod model;
 mod model_config;
 #[cfg(test)]
 mod model_tests;
+mod products;
 mod report;
 pub mod softmax;
 #[cfg(test)]
 mod softmax_tests;
+mod steps;
 pub mod theory;
 pub mod verdicts;
 

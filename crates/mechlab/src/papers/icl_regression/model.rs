@@ -26,7 +26,9 @@
 use super::data::Task;
 use super::model_config::initial;
 pub use super::model_config::{Attention, Init, ModelConfig, Param2};
+use super::products::{gram, mm, transpose};
 use super::softmax::{self, Shape, SoftWork};
+use super::steps;
 use crate::train::Trainable;
 use mechlab_engine::parallel::{for_each_chunk, reduce_ordered, sized_chunks};
 use mechlab_engine::{param, Param, Parameters};
@@ -44,26 +46,26 @@ impl Parameters<f64> for Layer {
 }
 
 /// One chunk's scratch and gradient sums.
-struct Work {
+pub(super) struct Work {
     /// `E_0 … E_L` of one prompt, `[L + 1, m + 1, D]`.
-    e: Vec<f64>,
+    pub(super) e: Vec<f64>,
     /// `A_l` and `C_l` of one prompt, `[L, D, D]` each.
-    a: Vec<f64>,
-    c: Vec<f64>,
+    pub(super) a: Vec<f64>,
+    pub(super) c: Vec<f64>,
     /// `∂L/∂E` of the current layer and the one below, `[m + 1, D]`.
-    g: Vec<f64>,
-    g2: Vec<f64>,
+    pub(super) g: Vec<f64>,
+    pub(super) g2: Vec<f64>,
     /// `∂C`, `∂A`, and a `[D, D]` product's scratch.
-    dc: Vec<f64>,
-    da: Vec<f64>,
-    t: Vec<f64>,
+    pub(super) dc: Vec<f64>,
+    pub(super) da: Vec<f64>,
+    pub(super) t: Vec<f64>,
     /// `P_lᵀ`, `Q_lᵀ`, `[L, D, D]` each ([`Work::load`]).
-    pt: Vec<f64>,
-    qt: Vec<f64>,
+    pub(super) pt: Vec<f64>,
+    pub(super) qt: Vec<f64>,
     /// The chunk's `∂P_l`, `∂Q_l`, `[L, D, D]` each, and summed loss.
-    gp: Vec<f64>,
-    gq: Vec<f64>,
-    loss: f64,
+    pub(super) gp: Vec<f64>,
+    pub(super) gq: Vec<f64>,
+    pub(super) loss: f64,
 }
 
 impl Work {
@@ -87,38 +89,6 @@ impl Work {
     }
 }
 
-/// `out [r, c] = a [r, k] · b [k, c]` (`ta`: `a` is stored transposed). Rows of
-/// `b` are added into rows of `out`, `x` outer, so every inner loop is a
-/// contiguous `axpy` the compiler vectorises (a dot-product form would leave a
-/// serial chain of `k` additions per entry; the layers keep `Pᵀ`, `Qᵀ` so that
-/// no product needs a transposed `b`).
-///
-/// Every product here has `c = D`; for `D ≤ 17` (`d ≤ 16`) the row length is a
-/// compile-time constant ([`mm_fixed`]), which lets the compiler unroll the rows
-/// into whole vector registers (about 2× on the presets' sizes).
-#[allow(clippy::too_many_arguments)]
-fn mm(out: &mut [f64], a: &[f64], ta: bool, b: &[f64], r: usize, k: usize, c: usize) {
-    macro_rules! fixed {
-        ($($n:literal)*) => {
-            match c {
-                $($n => return mm_fixed::<$n>(out, a, ta, b, r, k),)*
-                _ => {}
-            }
-        };
-    }
-    fixed!(2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
-    let out = &mut out[..r * c];
-    out.iter_mut().for_each(|v| *v = 0.0);
-    for (x, brow) in b[..k * c].chunks_exact(c).enumerate() {
-        for (i, orow) in out.chunks_exact_mut(c).enumerate() {
-            let av = if ta { a[x * r + i] } else { a[i * k + x] };
-            for (o, bv) in orow.iter_mut().zip(brow) {
-                *o += av * bv;
-            }
-        }
-    }
-}
-
 impl Work {
     /// Takes the layers' transposes (once per chunk of prompts).
     fn load(&mut self, blocks: &[Layer], dd: usize) {
@@ -130,29 +100,17 @@ impl Work {
     }
 }
 
-/// [`mm`] with the row length `C` fixed: the same additions in the same order.
-fn mm_fixed<const C: usize>(out: &mut [f64], a: &[f64], ta: bool, b: &[f64], r: usize, k: usize) {
-    let out = &mut out[..r * C];
-    out.iter_mut().for_each(|v| *v = 0.0);
-    for (x, brow) in b[..k * C].chunks_exact(C).enumerate() {
-        let brow: &[f64; C] = brow.try_into().expect("a row of C");
-        for (i, orow) in out.chunks_exact_mut(C).enumerate() {
-            let orow: &mut [f64; C] = orow.try_into().expect("a row of C");
-            let av = if ta { a[x * r + i] } else { a[i * k + x] };
-            for j in 0..C {
-                orow[j] += av * brow[j];
-            }
-        }
-    }
-}
-
-/// `out [n, n] = aᵀ`.
-fn transpose(out: &mut [f64], a: &[f64], n: usize) {
-    for i in 0..n {
-        for j in 0..n {
-            out[j * n + i] = a[i * n + j];
-        }
-    }
+/// How [`Lsa::loss_and_grad`] computes a prompt's gradient; each is tested
+/// against the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrainPath {
+    /// [`super::steps`] where the layers are in the `P = 0` form (the same bits
+    /// as `RankOne`), else `RankOne`.
+    Fastest,
+    /// Every layer in full but the last, in its rank-one form (`Lsa::train_prompt`).
+    RankOne,
+    /// Every layer's full forward and backward (the reference).
+    Full,
 }
 
 /// The model, and its training batch.
@@ -165,9 +123,8 @@ pub struct Lsa {
     p_held: bool,
     /// Two numbers per layer ([`Param2::Gdpp`]).
     gdpp: bool,
-    /// Train through the full forward and backward of every layer (the
-    /// reference) instead of the last layer's rank-one form (`Lsa::train_prompt`).
-    pub reference: bool,
+    /// How a training prompt's gradient is computed ([`TrainPath`]).
+    pub path: TrainPath,
     /// Softmax attention ([`super::softmax`]) with this many heads; `P`, `Q` are
     /// then `[H, D, D]`. `None`: linear attention.
     softmax_heads: Option<usize>,
@@ -209,7 +166,7 @@ impl Lsa {
             x_blocks_only: matches!(cfg.param, Param2::Blocks | Param2::Steps),
             p_held: cfg.param == Param2::Steps,
             gdpp: cfg.param == Param2::Gdpp,
-            reference: false,
+            path: TrainPath::Fastest,
             softmax_heads,
             // one of the two workspaces, sized for the training batch (nothing
             // is allocated in a step)
@@ -323,7 +280,7 @@ impl Lsa {
         );
         let (pt, qt) = (&wk.pt[l * sq..(l + 1) * sq], &wk.qt[l * sq..(l + 1) * sq]);
         // A [D, D] = E_ctxᵀ E_ctx
-        mm(a, &e[..m * dd], true, &e[..m * dd], dd, m, dd);
+        gram(a, e, m, dd);
         // Cᵀ [D, D] = (1/m) Qᵀ A Pᵀ (kept in wk.dc), C its transpose
         mm(&mut wk.t, qt, false, a, dd, dd, dd);
         mm(&mut wk.dc, &wk.t, false, pt, dd, dd, dd);
@@ -408,17 +365,21 @@ impl Lsa {
         let (rows, sq) = (m + 1, dd * dd);
         let size = rows * dd;
         let top = layers - 1;
-        // Layers below the last, in full.
-        wk.e[..size].copy_from_slice(prompt);
+        // Layers below the last, in full (one layer reads the prompt in place).
         let inv = 1.0 / m as f64;
-        for l in 0..top {
-            self.forward_layer(l, m, None, wk);
-        }
+        let e = if top == 0 {
+            prompt
+        } else {
+            wk.e[..size].copy_from_slice(prompt);
+            for l in 0..top {
+                self.forward_layer(l, m, None, wk);
+            }
+            &wk.e[top * size..(top + 1) * size]
+        };
         let (p, q) = self.pq(top);
-        let e = &wk.e[top * size..(top + 1) * size];
         let a = &mut wk.a[top * sq..(top + 1) * sq];
         // A [D, D] = E_ctxᵀ E_ctx
-        mm(a, &e[..m * dd], true, &e[..m * dd], dd, m, dd);
+        gram(a, e, m, dd);
         let zq = &e[m * dd..size];
         let prow = &p[(dd - 1) * dd..dd * dd];
         // qv = Q z_q, aq = A qv, ap = A p
@@ -473,6 +434,17 @@ impl Lsa {
         0.5 * r * r
     }
 
+    /// Whether [`Lsa::loss_and_grad`] takes [`super::steps`]' path: asked for,
+    /// the layers in the `P = 0` form, and its gradients the ones kept (the `x`
+    /// blocks, and `P` held or one layer, whose `P` gets none there).
+    pub fn takes_steps_path(&self) -> bool {
+        self.path == TrainPath::Fastest
+            && self.softmax_heads.is_none()
+            && self.x_blocks_only
+            && (self.p_held || self.blocks.len() == 1)
+            && steps::in_steps_form(&self.blocks, self.dd)
+    }
+
     /// Half the mean squared error of the model's predictions on `z`, `y` (`m`
     /// examples per prompt), with `∂/∂P_l`, `∂/∂Q_l` added into the gradients.
     pub fn loss_and_grad(&mut self, z: &[f64], y: &[f64], m: usize) -> f64 {
@@ -489,6 +461,7 @@ impl Lsa {
         let this = &*self;
         let stride = (m + 1) * dd;
         let inv_b = 1.0 / count as f64;
+        let steps = self.takes_steps_path();
         for_each_chunk(count, &mut work, |_, items, wk| {
             wk.load(&this.blocks, dd);
             wk.gp.iter_mut().for_each(|v| *v = 0.0);
@@ -496,7 +469,9 @@ impl Lsa {
             wk.loss = 0.0;
             for i in items {
                 let prompt = &z[i * stride..(i + 1) * stride];
-                if this.reference {
+                if steps {
+                    wk.loss += steps::train_prompt(&this.blocks, prompt, y[i], m, inv_b, wk);
+                } else if this.path == TrainPath::Full {
                     let r = this.forward_prompt(prompt, m, None, wk) - y[i];
                     wk.loss += 0.5 * r * r;
                     this.backward_prompt(m, r * inv_b, wk);

@@ -6,7 +6,7 @@
 //! the prediction.
 
 use super::data::{DataConfig, Prompts, Task};
-use super::model::{Init, Lsa, ModelConfig, Param2};
+use super::model::{Init, Lsa, ModelConfig, Param2, TrainPath};
 use crate::rng::{stream, Stream};
 use crate::train::Trainable;
 use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
@@ -41,7 +41,11 @@ fn the_backward_matches_finite_differences() {
             // are of order one and every term of the backward matters.
             for (scale, reference) in [(0.3, false), (1.5, false), (0.3, true), (1.5, true)] {
                 let (mut m, pr) = setup(layers, param, scale);
-                m.reference = reference;
+                m.path = if reference {
+                    TrainPath::Full
+                } else {
+                    TrainPath::Fastest
+                };
                 let (z, y) = (pr.z.clone(), pr.y.clone());
                 let loss = |m: &Lsa| {
                     let p = m.predict(&z, 4, None);
@@ -78,7 +82,11 @@ fn the_rank_one_last_layer_matches_the_full_reference() {
     for layers in 1..=3 {
         let grads = |reference: bool| {
             let (mut m, pr) = setup(layers, Param2::Full, 0.9);
-            m.reference = reference;
+            m.path = if reference {
+                TrainPath::Full
+            } else {
+                TrainPath::Fastest
+            };
             m.zero_grad();
             let loss = m.loss_and_grad(&pr.z, &pr.y, 4);
             let mut g = vec![loss];
@@ -155,6 +163,55 @@ fn the_steps_parameterisation_holds_p() {
         }
     }
     assert!(g[1].iter().any(|v| *v != 0.0));
+}
+
+/// The parameters and losses of 40 SGD steps on fresh batches.
+fn trained(layers: usize, param: Param2, path: TrainPath, nudge: bool) -> (bool, Vec<u64>) {
+    let (mut m, _) = setup(layers, param, 0.9);
+    m.path = path;
+    if nudge {
+        // a held entry off the form: the short path must not apply
+        let dd = m.dd;
+        m.blocks[0].p.value_mut()[dd * dd - 1] = 1.0 + 1e-3;
+    }
+    let took = m.takes_steps_path();
+    let mut bits = Vec::new();
+    for step in 0..40 {
+        m.zero_grad();
+        bits.push(m.train_step(step).to_bits());
+        m.visit_mut(&mut |p| {
+            let g = p.grad().to_vec();
+            p.value_mut()
+                .iter_mut()
+                .zip(g)
+                .for_each(|(v, g)| *v -= 0.5 * g);
+        });
+    }
+    m.visit(&mut |p| bits.extend(p.value().iter().map(|v| v.to_bits())));
+    (took, bits)
+}
+
+/// In the `P = 0` form (`Param2::Steps`, and one layer of `Param2::Blocks`) the
+/// short path trains to the same bits as the general one, layer by layer, and
+/// is not taken once a held entry leaves the form.
+#[test]
+fn the_p0_form_path_trains_to_the_general_paths_bits() {
+    for (layers, param) in [
+        (1, Param2::Steps),
+        (2, Param2::Steps),
+        (3, Param2::Steps),
+        (1, Param2::Blocks),
+    ] {
+        let (took, fast) = trained(layers, param, TrainPath::Fastest, false);
+        let (took_general, general) = trained(layers, param, TrainPath::RankOne, false);
+        assert!(took && !took_general, "L = {layers}, {param:?}");
+        assert!(fast == general, "L = {layers}, {param:?}: the bits differ");
+        let (took, _) = trained(layers, param, TrainPath::Fastest, true);
+        assert!(!took, "L = {layers}, {param:?}: taken off the form");
+    }
+    // more than one layer of Blocks trains P's x-blocks: the general path
+    let (took, _) = trained(2, Param2::Blocks, TrainPath::Fastest, false);
+    assert!(!took);
 }
 
 /// The loss and gradients of one training step of `mc` (1 500 prompts) on
