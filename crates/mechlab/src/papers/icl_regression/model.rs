@@ -104,7 +104,7 @@ impl Work {
 /// against the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TrainPath {
-    /// [`super::steps`] where the layers are in the `P = 0` form (the same bits
+    /// `steps.rs` where the layers are in the `P = 0` form (the same bits
     /// as `RankOne`), else `RankOne`.
     Fastest,
     /// Every layer in full but the last, in its rank-one form (`Lsa::train_prompt`).
@@ -434,7 +434,7 @@ impl Lsa {
         0.5 * r * r
     }
 
-    /// Whether [`Lsa::loss_and_grad`] takes [`super::steps`]' path: asked for,
+    /// Whether [`Lsa::loss_and_grad`] takes `steps.rs`' path: asked for,
     /// the layers in the `P = 0` form, and its gradients the ones kept (the `x`
     /// blocks, and `P` held or one layer, whose `P` gets none there).
     pub fn takes_steps_path(&self) -> bool {
