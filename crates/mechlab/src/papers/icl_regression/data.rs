@@ -228,7 +228,28 @@ impl Task {
     /// `count` prompts of `m` context examples into `z` (`[count, m + 1, D]`) and
     /// their targets into `y` (`[count]`), drawn in order from `rng`.
     pub fn fill(&self, rng: &mut ChaCha8Rng, m: usize, z: &mut [f64], y: &mut [f64]) {
-        let (d, dd) = (self.d, self.d + 1);
+        macro_rules! fixed {
+            ($($n:literal)*) => {
+                match self.d {
+                    $($n => self.fill_with::<$n>(rng, m, z, y),)*
+                    _ => self.fill_with::<0>(rng, m, z, y),
+                }
+            };
+        }
+        fixed!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+    }
+
+    /// [`Task::fill`] with `d = N` known to the compiler (`N = 0`: read from
+    /// `self`), so that the per-token loops unroll; the same operations.
+    fn fill_with<const N: usize>(
+        &self,
+        rng: &mut ChaCha8Rng,
+        m: usize,
+        z: &mut [f64],
+        y: &mut [f64],
+    ) {
+        let d = if N == 0 { self.d } else { N };
+        let dd = d + 1;
         let count = y.len();
         assert_eq!(
             z.len(),
