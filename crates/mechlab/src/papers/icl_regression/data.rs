@@ -14,7 +14,7 @@
 
 use crate::rng::{stream, substream, Stream};
 use nalgebra::DMatrix;
-use rand::Rng;
+use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -149,6 +149,16 @@ pub struct Task {
     pub noise: f64,
 }
 
+/// `rng.random_range(low..low + scale)` (rand 0.9's `UniformFloat::sample_single`:
+/// 52 random bits as a float in `[1, 2)`, less one, scaled and shifted), written
+/// out so that it inlines into [`Task::fill`]'s token loop; a test holds it to
+/// rand's bits.
+#[inline(always)]
+fn uniform(rng: &mut ChaCha8Rng, low: f64, scale: f64) -> f64 {
+    let one_two = f64::from_bits((rng.next_u64() >> 12) | 0x3ff0_0000_0000_0000);
+    (one_two - 1.0) * scale + low
+}
+
 fn normal(rng: &mut ChaCha8Rng) -> f64 {
     <StandardNormal as Distribution<f64>>::sample(&StandardNormal, rng)
 }
@@ -279,7 +289,7 @@ impl Task {
                         let h = self.half_range;
                         tok[..d]
                             .iter_mut()
-                            .for_each(|v| *v = rng.random_range(-h..h));
+                            .for_each(|v| *v = uniform(rng, -h, h - -h));
                     }
                     XDist::Gaussian => {
                         xi.iter_mut().for_each(|v| *v = normal(rng));
@@ -341,5 +351,25 @@ impl Prompts {
     pub fn prompt(&self, p: usize) -> &[f64] {
         let s = (self.m + 1) * self.dd;
         &self.z[p * s..(p + 1) * s]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The written-out uniform draw is rand's `random_range`, bit for bit.
+    #[test]
+    fn uniform_is_rands_random_range() {
+        let mut a = ChaCha8Rng::seed_from_u64(3);
+        let mut b = a.clone();
+        for h in [0.5, 1.0, 3.25] {
+            for _ in 0..10_000 {
+                let x = uniform(&mut a, -h, h - -h);
+                let y: f64 = b.random_range(-h..h);
+                assert_eq!(x.to_bits(), y.to_bits());
+            }
+        }
     }
 }

@@ -16,6 +16,7 @@ pub mod analysis;
 pub mod data;
 pub mod gdpp;
 pub mod hooked;
+mod lanes;
 pub mod measure;
 pub mod model;
 mod model_config;

@@ -24,6 +24,7 @@
 //! count), and nothing is allocated in a step.
 
 use super::data::Task;
+use super::lanes::{self, LANES};
 use super::model_config::initial;
 pub use super::model_config::{Attention, Init, ModelConfig, Param2};
 use super::products::{gram, mm, transpose};
@@ -66,6 +67,8 @@ pub(super) struct Work {
     pub(super) gp: Vec<f64>,
     pub(super) gq: Vec<f64>,
     pub(super) loss: f64,
+    /// [`super::lanes`]' scratch.
+    pub(super) lanes: Vec<[f64; LANES]>,
 }
 
 impl Work {
@@ -85,6 +88,7 @@ impl Work {
             gp: vec![0.0; layers * sq],
             gq: vec![0.0; layers * sq],
             loss: 0.0,
+            lanes: lanes::scratch(m, dd),
         }
     }
 }
@@ -104,8 +108,9 @@ impl Work {
 /// against the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TrainPath {
-    /// `steps.rs` where the layers are in the `P = 0` form (the same bits
-    /// as `RankOne`), else `RankOne`.
+    /// `steps.rs` where the layers are in the `P = 0` form, else `RankOne`,
+    /// one layer's prompts eight at a time (`lanes.rs`); the same bits as
+    /// `RankOne`.
     Fastest,
     /// Every layer in full but the last, in its rank-one form (`Lsa::train_prompt`).
     RankOne,
@@ -462,12 +467,30 @@ impl Lsa {
         let stride = (m + 1) * dd;
         let inv_b = 1.0 / count as f64;
         let steps = self.takes_steps_path();
+        // one layer's prompts eight at a time (`lanes.rs`, the same bits)
+        let grouped = !steps && self.path == TrainPath::Fastest && layers == 1;
         for_each_chunk(count, &mut work, |_, items, wk| {
             wk.load(&this.blocks, dd);
             wk.gp.iter_mut().for_each(|v| *v = 0.0);
             wk.gq.iter_mut().for_each(|v| *v = 0.0);
             wk.loss = 0.0;
-            for i in items {
+            let mut from = items.start;
+            if grouped {
+                // the lanes as one vector operation where the processor has them
+                mechlab_engine::simd::widest(
+                    #[inline(always)]
+                    || {
+                        let (p, q) = this.pq(0);
+                        while from + LANES <= items.end {
+                            let group = &z[from * stride..(from + LANES) * stride];
+                            let ys = &y[from..from + LANES];
+                            lanes::train_prompts(p, q, group, ys, m, dd, inv_b, wk);
+                            from += LANES;
+                        }
+                    },
+                );
+            }
+            for i in from..items.end {
                 let prompt = &z[i * stride..(i + 1) * stride];
                 if steps {
                     wk.loss += steps::train_prompt(&this.blocks, prompt, y[i], m, inv_b, wk);

@@ -13,6 +13,11 @@ use mechlab_engine::gradcheck::{check_params, DEFAULT_H};
 use mechlab_engine::Parameters;
 
 pub(super) fn setup(layers: usize, param: Param2, scale: f64) -> (Lsa, Prompts) {
+    setup_batch(layers, param, scale, 7)
+}
+
+/// [`setup`] with `batch` training prompts a step.
+fn setup_batch(layers: usize, param: Param2, scale: f64, batch: usize) -> (Lsa, Prompts) {
     let cfg = DataConfig {
         d: 3,
         n: 4,
@@ -30,7 +35,7 @@ pub(super) fn setup(layers: usize, param: Param2, scale: f64) -> (Lsa, Prompts) 
         init_scale: scale,
         ..ModelConfig::default()
     };
-    (Lsa::new(&mc, task, 7, 5), pr)
+    (Lsa::new(&mc, task, batch, 5), pr)
 }
 
 #[test]
@@ -165,9 +170,11 @@ fn the_steps_parameterisation_holds_p() {
     assert!(g[1].iter().any(|v| *v != 0.0));
 }
 
-/// The parameters and losses of 40 SGD steps on fresh batches.
+/// The losses, gradients and parameters of 40 SGD steps on fresh batches of 19 prompts
+/// (two groups of [`super::lanes::LANES`] and three alone), small enough steps
+/// that every loss stays finite (bits past an overflow would compare nothing).
 fn trained(layers: usize, param: Param2, path: TrainPath, nudge: bool) -> (bool, Vec<u64>) {
-    let (mut m, _) = setup(layers, param, 0.9);
+    let (mut m, _) = setup_batch(layers, param, 0.2, 19);
     m.path = path;
     if nudge {
         // a held entry off the form: the short path must not apply
@@ -178,13 +185,21 @@ fn trained(layers: usize, param: Param2, path: TrainPath, nudge: bool) -> (bool,
     let mut bits = Vec::new();
     for step in 0..40 {
         m.zero_grad();
-        bits.push(m.train_step(step).to_bits());
+        let loss = m.train_step(step);
+        assert!(
+            loss.is_finite(),
+            "L = {layers}, {param:?}, step {step}: {loss}"
+        );
+        bits.push(loss.to_bits());
+        // the gradients' bits too: a step of 0.002 can round a last-bit
+        // difference in a gradient away from the parameters
         m.visit_mut(&mut |p| {
             let g = p.grad().to_vec();
+            bits.extend(g.iter().map(|v| v.to_bits()));
             p.value_mut()
                 .iter_mut()
                 .zip(g)
-                .for_each(|(v, g)| *v -= 0.5 * g);
+                .for_each(|(v, g)| *v -= 0.002 * g);
         });
     }
     m.visit(&mut |p| bits.extend(p.value().iter().map(|v| v.to_bits())));
@@ -212,6 +227,16 @@ fn the_p0_form_path_trains_to_the_general_paths_bits() {
     // more than one layer of Blocks trains P's x-blocks: the general path
     let (took, _) = trained(2, Param2::Blocks, TrainPath::Fastest, false);
     assert!(!took);
+}
+
+/// One layer's prompts eight at a time train to the one-prompt path's bits.
+#[test]
+fn one_layer_in_lanes_trains_to_the_one_prompt_paths_bits() {
+    for param in [Param2::Full, Param2::Gdpp] {
+        let (_, lanes) = trained(1, param, TrainPath::Fastest, false);
+        let (_, one) = trained(1, param, TrainPath::RankOne, false);
+        assert!(lanes == one, "{param:?}: the bits differ");
+    }
 }
 
 /// The loss and gradients of one training step of `mc` (1 500 prompts) on

@@ -110,6 +110,28 @@ fn gram_fixed<const N: usize>(out: &mut [f64], e: &[f64], k: usize) {
     }
 }
 
+/// [`gram`] for [`LANES`](super::lanes::LANES) matrices side by side, one per
+/// lane: each lane's bits are `gram`'s.
+#[inline(always)]
+pub(super) fn gram_lanes<const W: usize>(out: &mut [[f64; W]], e: &[[f64; W]], k: usize, n: usize) {
+    let e = &e[..k * n];
+    // each entry's sum kept in registers over the rows (the rows in order, as
+    // `gram` adds them)
+    for i in 0..n {
+        for j in i..n {
+            let mut acc = [0.0; W];
+            for row in e.chunks_exact(n) {
+                let (a, b) = (row[i], row[j]);
+                for l in 0..W {
+                    acc[l] += a[l] * b[l];
+                }
+            }
+            out[i * n + j] = acc;
+            out[j * n + i] = acc;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
