@@ -59,13 +59,21 @@ fn two<T>(g: &mut [Vec<T>], a: usize, b: usize) -> (&mut [T], &mut [T]) {
     }
 }
 
-/// A linear layer's backward into `g`: `dx += dy·W` when asked, and the
-/// weight and the bias gradient each unless it is frozen.
+/// Where a linear layer's backward puts its input gradient `dy·W`.
+enum Dx<'a, T> {
+    /// Added into what the buffer holds.
+    Add(&'a mut [T]),
+    /// Written over it: the same bits as adding into zeros, without zeroing.
+    Set(&'a mut [T]),
+}
+
+/// A linear layer's backward into `g`: the input gradient as `dx` says, and
+/// the weight and the bias gradient each unless it is frozen.
 #[allow(clippy::too_many_arguments)]
 fn linear_backward<T: Float>(
     m: &Gpt<T>,
     g: &mut [Vec<T>],
-    dx: Option<&mut [T]>,
+    dx: Dx<'_, T>,
     (w, b): (usize, usize),
     dy: &[T],
     x: &[T],
@@ -73,6 +81,13 @@ fn linear_backward<T: Float>(
     d_in: usize,
     d_out: usize,
 ) {
+    let dx = match dx {
+        Dx::Add(dx) => Some(dx),
+        Dx::Set(dx) => {
+            linear::backward_input_set(dx, dy, m.value(w), rows, d_in, d_out);
+            None
+        }
+    };
     if m.frozen[w] {
         if let Some(dx) = dx {
             linear::backward_input(dx, dy, m.value(w), rows, d_in, d_out);
@@ -208,9 +223,8 @@ impl<T: Float> Work<T> {
         } else {
             last
         };
-        zero(dh);
         let dlogits = &self.dlogits[..rows * v];
-        linear_backward(m, g, Some(dh), (ix.w_u, ix.b_u), dlogits, hf, rows, d, v);
+        linear_backward(m, g, Dx::Set(dh), (ix.w_u, ix.b_u), dlogits, hf, rows, d, v);
         zero(dres);
         let stats = ix
             .ln_f
@@ -233,9 +247,8 @@ impl<T: Float> Work<T> {
             &mut self.dpost[..rows * dmlp],
             &mut self.dpre[..rows * dmlp],
         );
-        zero(dpost);
         let post = &self.post[l][..rows * dmlp];
-        linear_backward(m, g, Some(dpost), (wo, bo), dres, post, rows, dmlp, d);
+        linear_backward(m, g, Dx::Set(dpost), (wo, bo), dres, post, rows, dmlp, d);
         grad_at(gv, || format!("blocks.{l}.mlp.hook_post"), Kind::Mlp, dpost);
         zero(dpre);
         let pre = &self.pre[l][..rows * dmlp];
@@ -251,8 +264,7 @@ impl<T: Float> Work<T> {
         } else {
             mid
         };
-        zero(dh);
-        linear_backward(m, g, Some(dh), (wi, bi_), dpre, h2, rows, d, dmlp);
+        linear_backward(m, g, Dx::Set(dh), (wi, bi_), dpre, h2, rows, d, dmlp);
         let stats = bi
             .ln2
             .map(|(w, b)| (w, b, &self.mean2[l][..rows], &self.rstd2[l][..rows]));
@@ -266,12 +278,11 @@ impl<T: Float> Work<T> {
         let (t, hd, dh, pat_len) = (dm.t, dm.hd, dm.dh, dm.pat_len());
         let bi = &m.ix.blocks[l];
         let dz = &mut self.dz[..dm.nhd()];
-        zero(dz);
         let (dres, z) = (&self.dres[..dm.nd()], &self.z[l][..dm.nhd()]);
         linear_backward(
             m,
             &mut self.grads,
-            Some(dz),
+            Dx::Set(&mut *dz),
             (bi.w_o, bi.b_o),
             dres,
             z,
@@ -357,13 +368,21 @@ impl<T: Float> Work<T> {
             r_in
         };
         let dh = &mut self.dh[..nd];
-        zero(dh);
-        for (dy, w, b) in [
+        for (i, (dy, w, b)) in [
             (&self.dq[..nhd], bi.w_q, bi.b_q),
             (&self.dk[..nhd], bi.w_k, bi.b_k),
             (&self.dv[..nhd], bi.w_v, bi.b_v),
-        ] {
-            linear_backward(m, g, Some(&mut *dh), (w, b), dy, hin, rows, d, dm.hd);
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // the first writes dh, the others add into it
+            let dx = if i == 0 {
+                Dx::Set(&mut *dh)
+            } else {
+                Dx::Add(&mut *dh)
+            };
+            linear_backward(m, g, dx, (w, b), dy, hin, rows, d, dm.hd);
         }
         let stats = bi
             .ln1

@@ -90,6 +90,24 @@ pub fn backward_input<T: Float>(
     matmul(dx, dy, Op::N, w, Op::N, n, d_out, d_in, true);
 }
 
+/// The input gradient written, `dx = dy · W`: [`backward_input`]'s bits where
+/// `dx` held zeros (the product's sums start from `+0` either way), without
+/// the pass that zeroes `dx` first.
+pub fn backward_input_set<T: Float>(
+    dx: &mut [T],
+    dy: &[T],
+    w: &[T],
+    n: usize,
+    d_in: usize,
+    d_out: usize,
+) {
+    // dy: [N, out], w: [out, in] -> dx: [N, in]
+    assert_eq!(dy.len(), n * d_out, "linear: dy is not [N, out]");
+    assert_eq!(w.len(), d_out * d_in, "linear: W is not [out, in]");
+    assert_eq!(dx.len(), n * d_in, "linear: dx is not [N, in]");
+    matmul(dx, dy, Op::N, w, Op::N, n, d_out, d_in, false);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +124,24 @@ mod tests {
         assert_eq!(y, [5.0, 3.0, 1.0, 1.0]);
         forward(&mut y, &x, &w, None, 2, 3, 2);
         assert_eq!(y, [4.0, 4.0, 0.0, 2.0]);
+    }
+
+    #[test]
+    fn input_gradient_set_is_the_added_into_zeros_bits() {
+        // f32 at the GPT step's shapes (the `gemm` path) and a small one (the
+        // direct kernel's or the in-order sum's), over whatever dx held before
+        for (n, di, dout) in [(512, 128, 512), (64, 32, 48), (3, 5, 2)] {
+            let mut r = rng(7);
+            let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+            let dy = f(uniform(&mut r, n * dout));
+            let w = f(uniform(&mut r, dout * di));
+            let mut added = vec![0.0f32; n * di];
+            backward_input(&mut added, &dy, &w, n, di, dout);
+            let mut set = f(uniform(&mut r, n * di));
+            backward_input_set(&mut set, &dy, &w, n, di, dout);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&set), bits(&added), "{n}x{di}x{dout}");
+        }
     }
 
     #[test]
