@@ -84,10 +84,7 @@ pub fn backward_input<T: Float>(
     d_out: usize,
 ) {
     // dy: [N, out], w: [out, in] -> dx: [N, in] (+=)
-    assert_eq!(dy.len(), n * d_out, "linear: dy is not [N, out]");
-    assert_eq!(w.len(), d_out * d_in, "linear: W is not [out, in]");
-    assert_eq!(dx.len(), n * d_in, "linear: dx is not [N, in]");
-    matmul(dx, dy, Op::N, w, Op::N, n, d_out, d_in, true);
+    input_product(dx, dy, w, n, d_in, d_out, true);
 }
 
 /// The input gradient written, `dx = dy · W`: [`backward_input`]'s bits where
@@ -102,10 +99,23 @@ pub fn backward_input_set<T: Float>(
     d_out: usize,
 ) {
     // dy: [N, out], w: [out, in] -> dx: [N, in]
+    input_product(dx, dy, w, n, d_in, d_out, false);
+}
+
+/// `dx (+)= dy · W` after checking the shapes.
+fn input_product<T: Float>(
+    dx: &mut [T],
+    dy: &[T],
+    w: &[T],
+    n: usize,
+    d_in: usize,
+    d_out: usize,
+    accumulate: bool,
+) {
     assert_eq!(dy.len(), n * d_out, "linear: dy is not [N, out]");
     assert_eq!(w.len(), d_out * d_in, "linear: W is not [out, in]");
     assert_eq!(dx.len(), n * d_in, "linear: dx is not [N, in]");
-    matmul(dx, dy, Op::N, w, Op::N, n, d_out, d_in, false);
+    matmul(dx, dy, Op::N, w, Op::N, n, d_out, d_in, accumulate);
 }
 
 #[cfg(test)]
