@@ -43,6 +43,9 @@ PY
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
+# secs CMD...: the wall seconds CMD takes, its output thrown away (speed.sh's runs).
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
+
 # load_after: the load when the benchmark ends (a busy machine reads slower).
 load_after() {
   echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

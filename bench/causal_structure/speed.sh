@@ -14,7 +14,6 @@ bin="$target/release/mechlab"
 describe_machine
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
 ours() { # threads steps
   RAYON_NUM_THREADS=$1 secs "$bin" --quiet run causal-structure-chain --out "$tmp/m$1-$2" \
     --set train.steps="$2" --set run.probe_every=1000000 --set data.eval_seqs=1024 \

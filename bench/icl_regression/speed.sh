@@ -15,7 +15,6 @@ bin="$target/release/mechlab"
 describe_machine
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
 ours() { # steps
   RAYON_NUM_THREADS=1 secs "$bin" --quiet run icl-regression-gd --out "$tmp/m$1" \
     --set train.steps="$1" --set run.probe_every=1000000
