@@ -250,13 +250,20 @@ impl<T: Float> Work<T> {
         let post = &self.post[l][..rows * dmlp];
         linear_backward(m, g, Dx::Set(dpost), (wo, bo), dres, post, rows, dmlp, d);
         grad_at(gv, || format!("blocks.{l}.mlp.hook_post"), Kind::Mlp, dpost);
-        zero(dpre);
-        let pre = &self.pre[l][..rows * dmlp];
-        match m.cfg.act_fn {
-            ActFn::GeluNew => gelu::backward(dpre, dpost, pre),
-            ActFn::Relu => relu::backward(dpre, dpost, pre),
-            ActFn::Gelu => gelu::exact_backward(dpre, dpost, pre),
-        }
+        let dpre: &[T] = if self.slope_kept[l] {
+            // a training step: pre holds gelu_new'(pre), and dpost turns into dpre
+            gelu::backward_by_slope(dpost, &self.pre[l][..rows * dmlp]);
+            dpost
+        } else {
+            zero(dpre);
+            let pre = &self.pre[l][..rows * dmlp];
+            match m.cfg.act_fn {
+                ActFn::GeluNew => gelu::backward(dpre, dpost, pre),
+                ActFn::Relu => relu::backward(dpre, dpost, pre),
+                ActFn::Gelu => gelu::exact_backward(dpre, dpost, pre),
+            }
+            dpre
+        };
         grad_at(gv, || format!("blocks.{l}.mlp.hook_pre"), Kind::Mlp, dpre);
         let mid = &self.mid[l][..nd];
         let h2 = if bi.ln2.is_some() {

@@ -422,11 +422,14 @@ impl<T: Float> Work<T> {
         }
         let post = &mut self.post[l][..rows * dmlp];
         if at(Stage::MlpPre) {
+            let keep = self.keep_slopes && m.cfg.act_fn == ActFn::GeluNew;
             match m.cfg.act_fn {
+                ActFn::GeluNew if keep => gelu::forward_keeping_slope(post, pre),
                 ActFn::GeluNew => gelu::forward(post, pre),
                 ActFn::Relu => relu::forward(post, pre),
                 ActFn::Gelu => gelu::exact_forward(post, pre),
             }
+            self.slope_kept[l] = keep;
         }
         if at(Stage::MlpPost) {
             visit(vis, || format!("blocks.{l}.mlp.hook_post"), Kind::Mlp, post)?;

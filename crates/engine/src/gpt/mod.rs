@@ -390,6 +390,7 @@ impl<T: Float> Gpt<T> {
         let model = &*self;
         for_each_chunk(b, &mut ws.chunks, |_, items, w| {
             load(w, items.clone());
+            w.keep_slopes = true;
             if let Some(m) = mask {
                 w.mask_labels(m, items);
             }
@@ -416,6 +417,7 @@ impl<T: Float> Gpt<T> {
         }
         for_each_chunk(b, &mut ws.chunks, |_, items, w| {
             w.load_pair(inputs, targets, items);
+            w.keep_slopes = false;
             w.forward(self, &mut None)
                 .expect("a forward without a visitor cannot fail");
             if targets.is_some() {

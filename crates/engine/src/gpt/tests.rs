@@ -367,6 +367,51 @@ fn a_step_is_bit_identical_for_any_thread_count() {
     assert_eq!(run(1), run(3));
 }
 
+/// A training step's backward takes `gelu_new'` from what its forward kept;
+/// every chunk's gradients are the bits of a backward that computes it again
+/// from `pre` (the analysis backward's way), with a width over a `gelu` chunk.
+#[test]
+fn the_kept_gelu_slope_gives_the_recomputed_gradients() {
+    let cfg = GptConfig {
+        d_mlp: 300,
+        ..tiny(
+            true,
+            Normalization::LN,
+            PositionalEmbedding::Standard,
+            false,
+        )
+    };
+    let (b, t) = (5, 5);
+    let tok = tokens(b, t + 1, cfg.d_vocab, 5);
+    let mut m = Gpt::<f32>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(6)).unwrap();
+    perturb(&mut m, 7);
+    let mut ws = Workspace::new(&m, b, t);
+    m.train_step(&mut ws, &tok);
+    let mut again = Workspace::new(&m, b, t);
+    let n = again.chunks.len();
+    for (c, w) in again.chunks.iter_mut().enumerate() {
+        let items = chunk_range(b, n, c);
+        if items.is_empty() {
+            continue;
+        }
+        w.load(&tok, items, t + 1, true);
+        w.forward(&m, &mut None).unwrap();
+        w.loss_and_dlogits(1.0 / (b * t) as f64);
+        w.backward(&m);
+        assert!(!w.slope_kept.iter().any(|&k| k));
+    }
+    let bits = |ws: &Workspace<f32>| -> Vec<Vec<u32>> {
+        let each = ws.chunks.iter().flat_map(|w| w.grads.iter());
+        each.map(|g| g.iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    assert!(ws
+        .chunks
+        .iter()
+        .all(|w| w.n == 0 || w.slope_kept.iter().all(|&k| k)));
+    assert_eq!(bits(&ws), bits(&again));
+}
+
 /// At saturation (one attention weight rounds to 1 in f64) the gradients still
 /// point where the double-double's do: the softmax backward does not cancel.
 #[test]

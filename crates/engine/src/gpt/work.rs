@@ -70,6 +70,11 @@ pub struct Work<T> {
     pub(super) pre: Vec<Vec<T>>,
     pub(super) post: Vec<Vec<T>>,
     pub(super) mlp_out: Vec<Vec<T>>,
+    // slope_kept[l]: pre[l] holds gelu_new'(pre) instead of pre, as the forward
+    // of a training step leaves it (`keep_slopes`), so that its backward needs
+    // no second `exp`
+    pub(super) slope_kept: Vec<bool>,
+    pub(super) keep_slopes: bool,
     // per layer: ln1 [rows, D], mean1/rstd1 [rows] (with LN); q/k/v/z [rows, H·dh];
     // pattern [n, H, T, T]; attn_out [rows, D]; rpe bias [H, T, T] and mask
     pub(super) ln1: Vec<Vec<T>>,
@@ -133,6 +138,8 @@ impl<T: Float> Work<T> {
             pre: each(rows * mlp, has_mlp),
             post: each(rows * mlp, has_mlp),
             mlp_out: each(rows * d, has_mlp),
+            slope_kept: vec![false; l],
+            keep_slopes: false,
             ln1: each(rows * d, ln),
             mean1: each(rows, ln),
             rstd1: each(rows, ln),

@@ -8,7 +8,9 @@
 //! overflows to `∞` and `s` to `0`, the right limit, never a NaN. The `exp`s of a
 //! chunk of entries go through [`Float::exp_shifted_in_place`] together (for f32,
 //! sixteen lanes of [`crate::expf`], libm's bits), so the layer computes what a
-//! scalar loop computes, faster.
+//! scalar loop computes, faster. A training step's forward keeps `gelu'(x)` in
+//! place of `x` ([`forward_keeping_slope`]), so its backward
+//! ([`backward_by_slope`]) is one multiply per entry with [`backward`]'s bits.
 //! The exact GELU `x · Φ(x) = x/2 · (1 + erf(x/√2))` (PyTorch's `nn.GELU()`,
 //! TransformerLens `"gelu"`, nanoGPT's) is [`exact_forward`] / [`exact_backward`],
 //! computed in f64 through `libm::erf` whatever `T` is, so an f32 model rounds
@@ -55,6 +57,50 @@ pub fn forward<T: Float>(y: &mut [T], x: &[T]) {
         for (yi, &xi) in yc.iter_mut().zip(xc) {
             *yi = xi * (T::one() / (T::one() + *yi));
         }
+    }
+}
+
+/// `y = gelu(x)`, and `x` overwritten by `gelu'(x)`: the forward of a
+/// training step, whose backward then takes the slope through
+/// [`backward_by_slope`] instead of computing the `exp` a second time. `y` has
+/// [`forward`]'s bits and the slope is the factor [`backward`] multiplies `dy`
+/// by. It replaces `x` in place because `x` is read here anyway and a training
+/// step needs only the slope from then on: a separate buffer would cost the
+/// step a megabyte of memory traffic per chunk and layer at lm-induction's size.
+pub fn forward_keeping_slope<T: Float>(y: &mut [T], x_then_slope: &mut [T]) {
+    // x: [N] -> y: [N], x: [N] overwritten by gelu'(x)
+    assert_eq!(
+        y.len(),
+        x_then_slope.len(),
+        "gelu: y and x differ in length"
+    );
+    let c = T::of((2.0 / std::f64::consts::PI).sqrt());
+    let two = T::of(2.0);
+    for (yc, xc) in y.chunks_mut(CHUNK).zip(x_then_slope.chunks_mut(CHUNK)) {
+        exp_minus_2u(yc, xc);
+        for (yi, xi) in yc.iter_mut().zip(xc.iter_mut()) {
+            let x = *xi;
+            let s = T::one() / (T::one() + *yi);
+            let du = c * (T::one() + T::of(3.0 * C) * x * x);
+            *xi = s + x * s * (T::one() - s) * two * du;
+            *yi = x * s;
+        }
+    }
+}
+
+/// `dy ← dy ⊙ slope` in place, with `slope` from [`forward_keeping_slope`]:
+/// the input gradient with [`backward`]'s bits where `dx` held zeros (the
+/// explicit `+0` turns a `−0` product into `+0`, as adding into zeros does),
+/// without a second `exp`, a zeroed `dx` or a buffer besides `dy`'s.
+pub fn backward_by_slope<T: Float>(dy_then_dx: &mut [T], slope: &[T]) {
+    // dy: [N], slope: [N] -> dy: [N] overwritten by dx
+    assert_eq!(
+        dy_then_dx.len(),
+        slope.len(),
+        "gelu: dy and slope differ in length"
+    );
+    for (g, &s) in dy_then_dx.iter_mut().zip(slope) {
+        *g = T::zero() + *g * s;
     }
 }
 
@@ -142,6 +188,48 @@ mod tests {
                 assert_eq!(bits(y[i]), bits(wy), "y at {i} (x = {})", x[i].as_f64());
                 let wg = T::of(0.25) + wg;
                 assert_eq!(bits(g[i]), bits(wg), "dx at {i} (x = {})", x[i].as_f64());
+            }
+        }
+        check::<f32>(|v| v.to_bits() as u64);
+        check::<f64>(f64::to_bits);
+    }
+
+    /// The training step's pair, the forward keeping the slope and the
+    /// backward overwriting `dy`, gives the bits of [`forward`] and of
+    /// [`backward`] into zeros: f32 and f64, across the chunk edges, at
+    /// saturation both ways, at ±0 and where the product is `−0` (which the
+    /// `+0` must turn to `+0`).
+    #[test]
+    fn the_kept_slope_gives_the_recomputed_bits() {
+        fn check<T: Float>(bits: impl Fn(T) -> u64) {
+            let mut r = rng(10);
+            let n = 2 * CHUNK + 37;
+            let mut x: Vec<T> = uniform(&mut r, n).iter().map(|v| T::of(12.0 * v)).collect();
+            x[..6].copy_from_slice(&[-60.0, -12.0, -0.0, 0.0, 12.0, 60.0].map(T::of));
+            let mut d: Vec<T> = uniform(&mut r, n).into_iter().map(T::of).collect();
+            d[6..9].copy_from_slice(&[-0.0, 0.0, -0.0].map(T::of));
+            d[0] = T::of(-1.0);
+            let (mut y, mut want_y) = (vec![T::of(7.0); n], vec![T::zero(); n]);
+            let mut slope = x.clone();
+            forward_keeping_slope(&mut y, &mut slope);
+            forward(&mut want_y, &x);
+            let mut g = d.clone();
+            backward_by_slope(&mut g, &slope);
+            let mut want_g = vec![T::zero(); n];
+            backward(&mut want_g, &d, &x);
+            for i in 0..n {
+                assert_eq!(
+                    bits(y[i]),
+                    bits(want_y[i]),
+                    "y at {i} (x = {})",
+                    x[i].as_f64()
+                );
+                assert_eq!(
+                    bits(g[i]),
+                    bits(want_g[i]),
+                    "dx at {i} (x = {})",
+                    x[i].as_f64()
+                );
             }
         }
         check::<f32>(|v| v.to_bits() as u64);
