@@ -68,7 +68,8 @@ enum Dx<'a, T> {
 }
 
 /// A linear layer's backward into `g`: the input gradient as `dx` says, and
-/// the weight and the bias gradient each unless it is frozen.
+/// the weight and the bias gradient each written unless it is frozen (a
+/// chunk's backward forms each once; [`Work::zero_grads_for`] leaves them).
 #[allow(clippy::too_many_arguments)]
 fn linear_backward<T: Float>(
     m: &Gpt<T>,
@@ -81,28 +82,17 @@ fn linear_backward<T: Float>(
     d_in: usize,
     d_out: usize,
 ) {
-    let dx = match dx {
-        Dx::Add(dx) => Some(dx),
-        Dx::Set(dx) => {
-            linear::backward_input_set(dx, dy, m.value(w), rows, d_in, d_out);
-            None
-        }
-    };
-    if m.frozen[w] {
-        if let Some(dx) = dx {
-            linear::backward_input(dx, dy, m.value(w), rows, d_in, d_out);
-        }
-        if !m.frozen[b] {
-            // the bias alone: the column sums of dy
-            for row in dy.chunks_exact(d_out) {
-                g[b].iter_mut().zip(row).for_each(|(a, &v)| *a += v);
-            }
-        }
+    match dx {
+        Dx::Add(dx) => linear::backward_input(dx, dy, m.value(w), rows, d_in, d_out),
+        Dx::Set(dx) => linear::backward_input_set(dx, dy, m.value(w), rows, d_in, d_out),
+    }
+    if m.frozen[w] && m.frozen[b] {
         return;
     }
     let (gw, gb) = two(g, w, b);
+    let gw = (!m.frozen[w]).then_some(gw);
     let gb = (!m.frozen[b]).then_some(gb);
-    linear::backward(dx, gw, gb, dy, x, m.value(w), rows, d_in, d_out);
+    linear::backward_params_set(gw, gb, dy, x, rows, d_in, d_out);
 }
 
 /// `dx += ` the input gradient of an optional LayerNorm (its parameters' indices

@@ -123,7 +123,7 @@ impl<T: Float> HookedModel for Gpt<T> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let mut ws = self.scratch.take(self, nb, t, 1);
         let w = &mut ws.chunks[0];
-        w.load(&batch.tokens, 0..nb, t, false);
+        w.load(&batch.tokens, 0..nb, t);
         let y = self.forward_in(w, batch, site, None);
         self.scratch.put(ws);
         y
@@ -170,7 +170,7 @@ impl<T: Float> HookedModel for Gpt<T> {
                 this.check_input(batch)?;
                 let mut ws = Workspace::with_chunks(this, batch.batch, batch.seq_len, 1);
                 let w = &mut ws.chunks[0];
-                w.load(&batch.tokens, 0..batch.batch, batch.seq_len, false);
+                w.load(&batch.tokens, 0..batch.batch, batch.seq_len);
                 this.resume_job(w, batch, &points, hooks, None)
             };
             each(i, run());
@@ -278,7 +278,7 @@ impl<T: Float> Gpt<T> {
                 if items.is_empty() {
                     return Ok(());
                 }
-                w.load(&batch.tokens, items, t, false);
+                w.load(&batch.tokens, items, t);
                 let mut f = |name: &str, _: Kind, data: &mut [T]| -> Result<bool, HookError> {
                     put(names, out, name, data);
                     Ok(false)
@@ -330,7 +330,7 @@ impl<T: Float> Gpt<T> {
         let (nb, t) = (batch.batch, batch.seq_len);
         let mut ws = self.scratch.take(self, nb, t, 1);
         let base = &mut ws.chunks[0];
-        base.load(&batch.tokens, 0..nb, t, false);
+        base.load(&batch.tokens, 0..nb, t);
         let mut none = Site::new(points, &[], &[]).expect("no hooks");
         if let Err(e) = self.forward_in(base, batch, &mut none, None) {
             return fail(e);

@@ -104,6 +104,24 @@ pub(crate) struct Ix {
     pub b_u: usize,
 }
 
+impl Ix {
+    /// Every linear map's `(weight, bias)`: the parameters whose gradients
+    /// the backward writes rather than adds into.
+    pub fn linear_pairs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let blocks = self.blocks.iter().flat_map(|b| {
+            let attn = [
+                (b.w_q, b.b_q),
+                (b.w_k, b.b_k),
+                (b.w_v, b.b_v),
+                (b.w_o, b.b_o),
+            ];
+            let mlp = b.mlp.map(|[wi, bi, wo, bo]| [(wi, bi), (wo, bo)]);
+            attn.into_iter().chain(mlp.into_iter().flatten())
+        });
+        blocks.chain([(self.w_u, self.b_u)])
+    }
+}
+
 /// The model: its configuration and parameters.
 #[derive(Clone, Debug)]
 pub struct Gpt<T: Float> {
@@ -344,7 +362,7 @@ impl<T: Float> Gpt<T> {
             ws.batch * (t + 1),
             "gpt: tokens are not [B, T + 1]"
         );
-        self.step_with(ws, mask, |w, items| w.load(tokens, items, t + 1, true))
+        self.step_with(ws, mask, |w, items| w.load(tokens, items, t + 1))
     }
 
     /// [`Gpt::train_step_masked`] with the targets given apart from the inputs
@@ -363,7 +381,6 @@ impl<T: Float> Gpt<T> {
         assert_eq!(targets.len(), n, "gpt: targets are not [B, T]");
         self.step_with(ws, mask, |w, items| {
             w.load_pair(inputs, Some(targets), items);
-            w.zero_grads();
         })
     }
 
@@ -390,6 +407,7 @@ impl<T: Float> Gpt<T> {
         let model = &*self;
         for_each_chunk(b, &mut ws.chunks, |_, items, w| {
             load(w, items.clone());
+            w.zero_grads_for(model);
             w.keep_slopes = true;
             if let Some(m) = mask {
                 w.mask_labels(m, items);

@@ -394,7 +394,8 @@ fn the_kept_gelu_slope_gives_the_recomputed_gradients() {
         if items.is_empty() {
             continue;
         }
-        w.load(&tok, items, t + 1, true);
+        w.load(&tok, items, t + 1);
+        w.zero_grads_for(&m);
         w.forward(&m, &mut None).unwrap();
         w.loss_and_dlogits(1.0 / (b * t) as f64);
         w.backward(&m);

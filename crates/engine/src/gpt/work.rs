@@ -182,7 +182,7 @@ impl<T: Float> Work<T> {
 
     /// Loads the sequences `items` of a `[B, stride]` token array: ids are each
     /// row's first `T`, labels the next `T` when `stride = T + 1` (training).
-    pub(crate) fn load(&mut self, tokens: &[u32], items: Range<usize>, stride: usize, train: bool) {
+    pub(crate) fn load(&mut self, tokens: &[u32], items: Range<usize>, stride: usize) {
         let t = self.t;
         self.n = items.len();
         assert!(
@@ -198,14 +198,19 @@ impl<T: Float> Work<T> {
                 self.labels[s * t + p] = (stride > t).then(|| row[p + 1] as usize);
             }
         }
-        if train {
-            self.zero_grads();
-        }
     }
 
-    /// Zeroes every parameter gradient of the chunk (before a backward).
-    pub(crate) fn zero_grads(&mut self) {
-        self.grads.iter_mut().for_each(|g| zero(g));
+    /// Zeroes the parameter gradients that `m`'s backward adds into, before a
+    /// training step's: all but the linear maps' weights and biases that are
+    /// not frozen, which the backward writes (the same bits as adding into
+    /// zeros, without this pass over them).
+    pub(crate) fn zero_grads_for(&mut self, m: &Gpt<T>) {
+        for (i, g) in self.grads.iter_mut().enumerate() {
+            let written = !m.frozen[i] && m.ix.linear_pairs().any(|(w, b)| i == w || i == b);
+            if !written {
+                zero(g);
+            }
+        }
     }
 
     /// Drops the labels of the loaded sequences `items` where `mask` (`[B, T]`)
@@ -229,7 +234,7 @@ impl<T: Float> Work<T> {
         items: Range<usize>,
     ) {
         let t = self.t;
-        self.load(inputs, items.clone(), t, false);
+        self.load(inputs, items.clone(), t);
         if let Some(y) = targets {
             for (s, b) in items.enumerate() {
                 for p in 0..t {

@@ -64,11 +64,47 @@ pub fn backward<T: Float>(
     }
     matmul(dw, dy, Op::T, x, Op::N, d_out, n, d_in, true);
     if let Some(db) = db {
-        assert_eq!(db.len(), d_out, "linear: db is not [out]");
-        for row in dy.chunks_exact(d_out.max(1)) {
-            for (g, &v) in db.iter_mut().zip(row) {
-                *g += v;
-            }
+        bias_grad(db, dy, d_out, true);
+    }
+}
+
+/// The parameter gradients written, `dw = dyᵀ · x` and `db = Σ dy` (each if
+/// given): [`backward`]'s bits where they held zeros (every sum starts from
+/// `+0` either way), without the pass that zeroes them first. A training step
+/// forms each weight's gradient once per chunk, so it writes rather than adds.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_params_set<T: Float>(
+    dw: Option<&mut [T]>,
+    db: Option<&mut [T]>,
+    dy: &[T],
+    x: &[T],
+    n: usize,
+    d_in: usize,
+    d_out: usize,
+) {
+    // dy: [N, out], x: [N, in] -> dw: [out, in], db: [out]
+    assert_eq!(dy.len(), n * d_out, "linear: dy is not [N, out]");
+    assert_eq!(x.len(), n * d_in, "linear: x is not [N, in]");
+    if let Some(dw) = dw {
+        assert_eq!(dw.len(), d_out * d_in, "linear: dW is not [out, in]");
+        matmul(dw, dy, Op::T, x, Op::N, d_out, n, d_in, false);
+    }
+    if let Some(db) = db {
+        bias_grad(db, dy, d_out, false);
+    }
+}
+
+/// `db (+)= Σ_rows dy`, row by row in order from what `db` holds
+/// (`accumulate`) or from `+0`.
+fn bias_grad<T: Float>(db: &mut [T], dy: &[T], d_out: usize, accumulate: bool) {
+    // dy: [N, out] -> db: [out]
+    assert_eq!(db.len(), d_out, "linear: db is not [out]");
+    if !accumulate {
+        db.iter_mut().for_each(|g| *g = T::zero());
+    }
+    for row in dy.chunks_exact(d_out.max(1)) {
+        for (g, &v) in db.iter_mut().zip(row) {
+            *g += v;
         }
     }
 }
@@ -151,6 +187,36 @@ mod tests {
             backward_input_set(&mut set, &dy, &w, n, di, dout);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&set), bits(&added), "{n}x{di}x{dout}");
+        }
+    }
+
+    #[test]
+    fn parameter_gradients_set_are_the_added_into_zeros_bits() {
+        // f32 at the GPT step's shapes and small ones, over whatever dW and db
+        // held, with a column of −0 (whose sum from +0 is +0) and no rows at all
+        for (n, di, dout) in [(512, 128, 512), (64, 32, 48), (3, 5, 2), (0, 4, 3)] {
+            let mut r = rng(8);
+            let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+            let mut dy = f(uniform(&mut r, n * dout));
+            dy.iter_mut().step_by(dout).for_each(|v| *v = -0.0);
+            let (x, w) = (f(uniform(&mut r, n * di)), f(uniform(&mut r, dout * di)));
+            let (mut dw_add, mut db_add) = (vec![0.0f32; dout * di], vec![0.0f32; dout]);
+            backward(
+                None,
+                &mut dw_add,
+                Some(&mut db_add),
+                &dy,
+                &x,
+                &w,
+                n,
+                di,
+                dout,
+            );
+            let (mut dw, mut db) = (f(uniform(&mut r, dout * di)), f(uniform(&mut r, dout)));
+            backward_params_set(Some(&mut dw), Some(&mut db), &dy, &x, n, di, dout);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&dw), bits(&dw_add), "dW {n}x{di}x{dout}");
+            assert_eq!(bits(&db), bits(&db_add), "db {n}x{di}x{dout}");
         }
     }
 
