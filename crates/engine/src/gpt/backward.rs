@@ -310,15 +310,15 @@ impl<T: Float> Work<T> {
     fn attention_backward(&mut self, m: &Gpt<T>, l: usize, gv: &mut Option<GradSink<'_, T>>) {
         let dm = self.dims(m);
         let (t, hd, nhd, pat_len) = (dm.t, dm.hd, dm.nhd(), dm.pat_len());
-        let attn = Attention::new(dm.nh, t, t, dm.dh, dm.dh).with_causal(true);
+        // each sequence's dq, dk, dv are written, not zeroed and added into
+        let attn = Attention::new(dm.nh, t, t, dm.dh, dm.dh)
+            .with_causal(true)
+            .with_grads_written(true);
         let (dq, dk, dv) = (
             &mut self.dq[..nhd],
             &mut self.dk[..nhd],
             &mut self.dv[..nhd],
         );
-        zero(dq);
-        zero(dk);
-        zero(dv);
         zero(&mut self.d_bias);
         let rpe_on = m.rpe.is_some();
         for s in 0..dm.n {

@@ -52,6 +52,9 @@ pub struct Attention {
     pub scale: f64,
     /// Mask keys after the query (see the module doc for `Tq ≠ Tk`).
     pub causal: bool,
+    /// The backward writes `dq`, `dk`, `dv` (the bits of adding into zeros)
+    /// instead of adding into them. Default off.
+    pub grads_written: bool,
 }
 
 /// Optional additive bias and masks (all `None` by default).
@@ -86,6 +89,7 @@ impl Attention {
             d_v,
             scale: 1.0 / (d_qk.max(1) as f64).sqrt(),
             causal: false,
+            grads_written: false,
         }
     }
     pub fn with_scale(mut self, scale: f64) -> Self {
@@ -94,6 +98,12 @@ impl Attention {
     }
     pub fn with_causal(mut self, causal: bool) -> Self {
         self.causal = causal;
+        self
+    }
+    /// See [`Attention::grads_written`]: a training step's backward, whose
+    /// buffers would otherwise be zeroed first.
+    pub fn with_grads_written(mut self, on: bool) -> Self {
+        self.grads_written = on;
         self
     }
     /// Elements of `pattern` (and of `bias`, `mask`): `H · Tq · Tk`.
@@ -262,8 +272,9 @@ impl Attention {
         })
     }
 
-    /// Accumulates `dq`, `dk`, `dv` (and `d_bias`, the gradient of the logits, if
-    /// given) from `dz`. Reads the `pattern` saved by [`Attention::forward`]; the
+    /// Accumulates `dq`, `dk`, `dv` (written instead with
+    /// [`Attention::grads_written`]; and `d_bias`, the gradient of the logits,
+    /// if given) from `dz`. Reads the `pattern` saved by [`Attention::forward`]; the
     /// masks need not be passed again (masked entries have zero pattern and get
     /// zero gradient). `scratch` is `[Tq, Tk]`, overwritten.
     #[allow(clippy::too_many_arguments)]
@@ -304,10 +315,13 @@ impl Attention {
         }
         let scale = T::of(self.scale);
         let (ldqk, ldv) = (nh * dqk, nh * d_v);
+        let set = self.grads_written;
         for h in 0..nh {
             let pat = &pattern[h * tq * tk..(h + 1) * tq * tk];
             let (dzh, vh) = (&dz[h * d_v..], &v[h * d_v..]);
             let (qh, kh) = (&q[h * dqk..], &k[h * dqk..]);
+            // keys 0..seen have their dk, dv rows formed by an earlier block
+            let mut seen = if set { 0 } else { tk };
             for (i0, i1, n) in self.row_blocks() {
                 let m = i1 - i0;
                 // d_pattern[i, :n] = dz[i, h] · v[:n, h]ᵀ   (scratch rows i, stride Tk)
@@ -326,20 +340,23 @@ impl Attention {
                     false,
                 );
                 // dv[:n, h] += pattern[rows, :n]ᵀ · dz[rows, h]
-                matmul_strided(
-                    &mut dv[h * d_v..],
-                    ldv,
-                    &pat[i0 * tk..],
-                    tk,
-                    Op::T,
-                    &dzh[i0 * ldv..],
-                    ldv,
-                    Op::N,
-                    n,
-                    m,
-                    d_v,
-                    true,
-                );
+                // (rows seen..n written)
+                for (j0, j1, add) in key_spans(seen, n) {
+                    matmul_strided(
+                        &mut dv[j0 * ldv + h * d_v..],
+                        ldv,
+                        &pat[i0 * tk + j0..],
+                        tk,
+                        Op::T,
+                        &dzh[i0 * ldv..],
+                        ldv,
+                        Op::N,
+                        j1 - j0,
+                        m,
+                        d_v,
+                        add,
+                    );
+                }
                 // d_logits = softmax backward, the block's rows side by side
                 softmax::backward_rows_in_place(&mut scratch[i0 * tk..], &pat[i0 * tk..], m, n, tk);
                 for i in i0..i1 {
@@ -350,7 +367,8 @@ impl Attention {
                     }
                     g.iter_mut().for_each(|x| *x *= scale);
                 }
-                // dq[rows, h] += d_logits · k[:n, h];  dk[:n, h] += d_logitsᵀ · q[rows, h]
+                // dq[rows, h] += d_logits · k[:n, h] (each row once: written
+                // when set);  dk[:n, h] += d_logitsᵀ · q[rows, h] (as dv)
                 matmul_strided(
                     &mut dq[i0 * ldqk + h * dqk..],
                     ldqk,
@@ -363,25 +381,44 @@ impl Attention {
                     m,
                     n,
                     dqk,
-                    true,
+                    !set,
                 );
-                matmul_strided(
-                    &mut dk[h * dqk..],
-                    ldqk,
-                    &scratch[i0 * tk..],
-                    tk,
-                    Op::T,
-                    &qh[i0 * ldqk..],
-                    ldqk,
-                    Op::N,
-                    n,
-                    m,
-                    dqk,
-                    true,
-                );
+                for (j0, j1, add) in key_spans(seen, n) {
+                    matmul_strided(
+                        &mut dk[j0 * ldqk + h * dqk..],
+                        ldqk,
+                        &scratch[i0 * tk + j0..],
+                        tk,
+                        Op::T,
+                        &qh[i0 * ldqk..],
+                        ldqk,
+                        Op::N,
+                        j1 - j0,
+                        m,
+                        dqk,
+                        add,
+                    );
+                }
+                seen = seen.max(n);
+            }
+            // keys no query may see: zero gradient, written
+            for j in seen..tk {
+                dk[j * ldqk + h * dqk..][..dqk].fill(T::zero());
+                dv[j * ldv + h * d_v..][..d_v].fill(T::zero());
             }
         }
     }
+}
+
+/// The key rows `0..n` of a block's `dk`, `dv` products as `(j0, j1, add)`
+/// spans: rows before `seen` add into what earlier blocks formed, the rest are
+/// written. Each output row's sum runs over the block's queries alone, so the
+/// split gives the bits of one product (and with `seen ≥ n` it is that product).
+fn key_spans(seen: usize, n: usize) -> impl Iterator<Item = (usize, usize, bool)> {
+    let lo = seen.min(n);
+    [(0, lo, true), (lo, n, false)]
+        .into_iter()
+        .filter(|&(j0, j1, _)| j1 > j0)
 }
 
 #[cfg(test)]
@@ -632,6 +669,66 @@ mod tests {
             .iter()
             .flat_map(|x| to_f64(x))
             .collect()
+    }
+
+    /// With `grads_written` the backward writes over whatever `dq`, `dk`, `dv`
+    /// held the bits that the adding backward leaves in zeros: f32, causal over
+    /// several blocks (`T` 200, `Tq < Tk`) and not, with a logit bias.
+    #[test]
+    fn written_gradients_are_the_added_into_zeros_bits() {
+        for (causal, tq, tk) in [(true, 200, 200), (true, 150, 200), (false, 70, 90)] {
+            let (nh, dqk, dv_) = (2, 8, 4);
+            let a = Attention::new(nh, tq, tk, dqk, dv_).with_causal(causal);
+            let mut r = rng(tq as u64);
+            let mut f = |n: usize| -> Vec<f32> {
+                uniform(&mut r, n)
+                    .into_iter()
+                    .map(|x| (2.0 * x) as f32)
+                    .collect()
+            };
+            let (q, k, v, dz) = (
+                f(tq * nh * dqk),
+                f(tk * nh * dqk),
+                f(tk * nh * dv_),
+                f(tq * nh * dv_),
+            );
+            let bias = f(a.pattern_len());
+            let ex = AttnExtras {
+                bias: Some(&bias[..]),
+                ..AttnExtras::default()
+            };
+            let mut z = vec![0.0f32; tq * nh * dv_];
+            let mut pat = vec![0.0f32; a.pattern_len()];
+            a.forward(&mut z, &mut pat, &q, &k, &v, &ex);
+            let mut s = vec![0.0f32; tq * tk];
+            let grads = |a: Attention, g: (Vec<f32>, Vec<f32>, Vec<f32>), s: &mut [f32]| {
+                let (mut dq, mut dk, mut dv) = g;
+                let mut db = vec![0.0f32; a.pattern_len()];
+                a.backward(
+                    &mut dq,
+                    &mut dk,
+                    &mut dv,
+                    Some(&mut db),
+                    s,
+                    &dz,
+                    &pat,
+                    &q,
+                    &k,
+                    &v,
+                );
+                [dq, dk, dv, db].map(|x| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+            };
+            let zeros = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+            let added = grads(a, zeros, &mut s);
+            let junk = (f(q.len()), f(k.len()), f(v.len()));
+            let written = grads(a.with_grads_written(true), junk, &mut s);
+            for (name, (w, g)) in ["dq", "dk", "dv", "d_bias"]
+                .iter()
+                .zip(written.iter().zip(&added))
+            {
+                assert_eq!(w, g, "{name}, causal {causal}, Tq {tq}, Tk {tk}");
+            }
+        }
     }
 
     #[test]
