@@ -55,17 +55,11 @@ pub fn backward<T: Float>(
     d_out: usize,
 ) {
     // dy: [N, out], x: [N, in], w: [out, in] -> dx: [N, in] (+=), dw: [out, in] (+=), db: [out] (+=)
-    assert_eq!(dy.len(), n * d_out, "linear: dy is not [N, out]");
-    assert_eq!(x.len(), n * d_in, "linear: x is not [N, in]");
     assert_eq!(w.len(), d_out * d_in, "linear: W is not [out, in]");
-    assert_eq!(dw.len(), d_out * d_in, "linear: dW is not [out, in]");
     if let Some(dx) = dx {
         backward_input(dx, dy, w, n, d_in, d_out);
     }
-    matmul(dw, dy, Op::T, x, Op::N, d_out, n, d_in, true);
-    if let Some(db) = db {
-        bias_grad(db, dy, d_out, true);
-    }
+    param_products(Some(dw), db, dy, x, n, d_in, d_out, true);
 }
 
 /// The parameter gradients written, `dw = dyᵀ · x` and `db = Σ dy` (each if
@@ -83,21 +77,32 @@ pub fn backward_params_set<T: Float>(
     d_out: usize,
 ) {
     // dy: [N, out], x: [N, in] -> dw: [out, in], db: [out]
+    param_products(dw, db, dy, x, n, d_in, d_out, false);
+}
+
+/// `dw (+)= dyᵀ · x` and `db (+)= Σ_rows dy` (each if given) after checking
+/// the shapes: added into what they hold (`accumulate`) or summed from `+0`.
+#[allow(clippy::too_many_arguments)]
+fn param_products<T: Float>(
+    dw: Option<&mut [T]>,
+    db: Option<&mut [T]>,
+    dy: &[T],
+    x: &[T],
+    n: usize,
+    d_in: usize,
+    d_out: usize,
+    accumulate: bool,
+) {
     assert_eq!(dy.len(), n * d_out, "linear: dy is not [N, out]");
     assert_eq!(x.len(), n * d_in, "linear: x is not [N, in]");
     if let Some(dw) = dw {
         assert_eq!(dw.len(), d_out * d_in, "linear: dW is not [out, in]");
-        matmul(dw, dy, Op::T, x, Op::N, d_out, n, d_in, false);
+        matmul(dw, dy, Op::T, x, Op::N, d_out, n, d_in, accumulate);
     }
-    if let Some(db) = db {
-        bias_grad(db, dy, d_out, false);
-    }
-}
-
-/// `db (+)= Σ_rows dy`, row by row in order from what `db` holds
-/// (`accumulate`) or from `+0`.
-fn bias_grad<T: Float>(db: &mut [T], dy: &[T], d_out: usize, accumulate: bool) {
-    // dy: [N, out] -> db: [out]
+    let Some(db) = db else {
+        return;
+    };
+    // db: [out], row by row in order
     assert_eq!(db.len(), d_out, "linear: db is not [out]");
     if !accumulate {
         db.iter_mut().for_each(|g| *g = T::zero());
