@@ -27,6 +27,7 @@ describe_machine() {
   field() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'; }
   echo "processor: $(field 'model name') (family $(field 'cpu family'), model $(field 'model\s')), $(nproc) cores"
   echo "mechlab: $("$(build_example bench_machine)")"
+  per_core_fma before
   echo "pytorch: $("$py" - <<'PY'
 import re
 try:
@@ -49,5 +50,20 @@ secs() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N
 # load_after: the load when the benchmark ends (a busy machine reads slower).
 load_after() {
   echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  per_core_fma after
+}
+
+# per_core_fma WHEN: one thread's f32 FMA rate pinned to each core in turn
+# (bench_machine --fma, under a second each). On the shared machine a core can
+# run well below the other for minutes (192 against 149 GFLOP/s), and a 2-thread
+# step waits on the slower one; the load average does not show it.
+per_core_fma() {
+  command -v taskset > /dev/null || return 0
+  local bin rates="" c
+  bin="$(build_example bench_machine)"
+  for c in $(seq 0 $(($(nproc) - 1))); do
+    rates+="${rates:+, }cpu$c $(taskset -c "$c" "$bin" --fma)"
+  done
+  echo "f32 FMA rate per core, one thread pinned to each, $1: $rates GFLOP/s"
 }
 
