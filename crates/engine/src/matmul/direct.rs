@@ -23,6 +23,13 @@
 //!
 //! It runs only at [`Level::Avx512`], where the engine's own level allows it
 //! (`MECHLAB_SIMD=avx2` sends every product to `gemm`, with the same bits).
+//!
+//! What it wins depends on the processor and on where the operands are. Alone
+//! in a loop on an Intel Xeon (family 6, model 207; `bench_direct` on one quiet
+//! core) it took 0.67–0.90 of `gemm`'s time with `b` as stored or `a`
+//! transposed, and 0.93–1.24 times `gemm`'s with `b` transposed (the copy); in a
+//! GPT training step both ran at the same rate, waiting on operands written long
+//! before (`bench/gpt/README.md`).
 
 use super::{Op, Product};
 use crate::simd::{self, Level};
