@@ -21,7 +21,20 @@
 use crate::Float;
 use gemm_common::Parallelism;
 
+// compiled for the tests too, so that a build without the feature checks it
+#[cfg(any(test, feature = "product-clock"))]
+mod clock;
 mod direct;
+
+/// What the `product-clock` feature has timed so far (see `matmul/clock.rs`):
+/// one line per operand layout with its calls, GFLOP and one thread's GFLOP/s;
+/// `None` in a build without the feature.
+pub fn product_clock_report() -> Option<String> {
+    #[cfg(feature = "product-clock")]
+    return Some(clock::report());
+    #[cfg(not(feature = "product-clock"))]
+    None
+}
 
 /// Whether an operand is used as stored (`N`) or transposed (`T`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,7 +295,7 @@ impl<T: Float> Product<'_, T> {
 /// Checks that every index of `p` is inside its slice, then computes it: the
 /// in-order sum for types `gemm` does not know, the direct kernel for the small
 /// f32 products it takes, `gemm` for the rest.
-fn gemm_with<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
+fn gemm_with<T: Float>(p: Product<'_, T>, par: Parallelism) {
     let (m, k, n) = (p.m, p.k, p.n);
     let (ldc, lda, ldb) = (p.ldc, p.lda, p.ldb);
     // Stored shapes: a is [m, k] or [k, m], b is [k, n] or [n, k].
@@ -334,6 +347,16 @@ fn gemm_with<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
         ordered_product(p);
         return;
     }
+    #[cfg(feature = "product-clock")]
+    if clock::takes(&p, par) {
+        clock::timed(p, par);
+        return;
+    }
+    dispatch(p, par);
+}
+
+/// The direct kernel for the small f32 products it takes, `gemm` for the rest.
+fn dispatch<T: Float>(mut p: Product<'_, T>, par: Parallelism) {
     if matches!(par, Parallelism::None) {
         if let Some(p32) = p.as_f32() {
             if direct::product(p32) {

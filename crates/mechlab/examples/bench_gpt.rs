@@ -7,6 +7,8 @@
 //! Usage: `bench_gpt DIR [steps] [d_mlp] [n_layers] [d_model] [mask]` (d_mlp
 //! 0: attention-only; heads of 32; `mask = last`: the loss on each sequence's
 //! last position only, a classification-style task through the loss mask).
+//! Built with `--features mechlab-engine/product-clock` it also prints how fast
+//! the attention's small products ran inside the steps (`matmul/clock.rs`).
 
 use mechlab::train::config::OptimizerKind;
 use mechlab::train::optim::{Hyper, Optimizer};
@@ -140,5 +142,10 @@ fn main() -> anyhow::Result<()> {
         peak,
         100.0 * flops / sec / 1e9 / peak
     );
+    // with the engine's `product-clock` feature: the attention's small products
+    // timed inside the steps (warm-up included), by operand layout
+    if let Some(clock) = mechlab_engine::matmul::product_clock_report() {
+        print!("small products timed in the steps:\n{clock}");
+    }
     Ok(())
 }

@@ -49,13 +49,17 @@ pub(super) const MAX_PACKED: usize = 1 << 14;
 /// tiled micro-kernel over a single depth block (see the module doc), small
 /// enough that skipping its packing pays.
 pub(super) fn takes(op_b: Op, m: usize, k: usize, n: usize) -> bool {
+    shape_taken(op_b, m, k, n) && simd::level() == Level::Avx512
+}
+
+/// [`takes`]'s conditions on the shape alone, whatever the processor.
+pub(super) fn shape_taken(op_b: Op, m: usize, k: usize, n: usize) -> bool {
     (3..=512).contains(&k)
         && m >= 2
         && n >= 2
         && m * n > 256
         && m * k * n <= MAX_WORK
         && (op_b == Op::N || k * n <= MAX_PACKED)
-        && simd::level() == Level::Avx512
 }
 
 #[cfg(target_arch = "x86_64")]
