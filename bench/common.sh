@@ -59,10 +59,14 @@ load_after() {
 # step waits on the slower one; the load average does not show it.
 per_core_fma() {
   command -v taskset > /dev/null || return 0
-  local bin rates="" c
+  local bin rates="" c part cpus
   bin="$(build_example bench_machine)"
-  for c in $(seq 0 $(($(nproc) - 1))); do
-    rates+="${rates:+, }cpu$c $(taskset -c "$c" "$bin" --fma)"
+  # the cores this process may run on ("0-1", or "4,6-7" under a cpuset)
+  cpus=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
+  for part in ${cpus//,/ }; do
+    for c in $(seq "${part%-*}" "${part#*-}"); do
+      rates+="${rates:+, }cpu$c $(taskset -c "$c" "$bin" --fma 2> /dev/null || echo '?')"
+    done
   done
   echo "f32 FMA rate per core, one thread pinned to each, $1: $rates GFLOP/s"
 }
