@@ -98,6 +98,29 @@ pub fn report() -> String {
 mod tests {
     use super::*;
 
+    /// `c[m, n] += a[m, k] · b[n, k]ᵀ`, every matrix dense.
+    fn q_kt<'a>(
+        c: &'a mut [f32],
+        a: &'a [f32],
+        b: &'a [f32],
+        [m, k, n]: [usize; 3],
+    ) -> Product<'a, f32> {
+        Product {
+            c,
+            ldc: n,
+            a,
+            lda: k,
+            op_a: Op::N,
+            b,
+            ldb: k,
+            op_b: Op::T,
+            m,
+            k,
+            n,
+            accumulate: true,
+        }
+    }
+
     #[test]
     fn a_timed_product_is_computed_and_counted_by_layout() {
         // q·kᵀ-like: 16 × 32 × 64 with b transposed, a shape the clock takes
@@ -105,20 +128,7 @@ mod tests {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
         let b: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.5).collect();
         let (mut got, mut want) = (vec![1.0f32; m * n], vec![1.0f32; m * n]);
-        let product = |c| Product {
-            c,
-            ldc: n,
-            a: &a,
-            lda: k,
-            op_a: Op::N,
-            b: &b,
-            ldb: k,
-            op_b: Op::T,
-            m,
-            k,
-            n,
-            accumulate: true,
-        };
+        let product = |c| q_kt(c, &a, &b, [m, k, n]);
         dispatch(product(&mut want), Parallelism::None);
         let p = product(&mut got);
         assert!(takes(&p, Parallelism::None));
@@ -133,20 +143,7 @@ mod tests {
         assert!(line.is_some_and(|l| l.contains("GFLOP/s")), "{}", report());
         // vectors and tiny outputs sum in gemm's other orders: not taken
         let mut c = [0.0f32; 4];
-        let tiny = Product {
-            c: &mut c,
-            ldc: 2,
-            a: &a,
-            lda: k,
-            op_a: Op::N,
-            b: &b,
-            ldb: k,
-            op_b: Op::T,
-            m: 2,
-            k,
-            n: 2,
-            accumulate: false,
-        };
+        let tiny = q_kt(&mut c, &a, &b, [2, k, 2]);
         assert!(!takes(&tiny, Parallelism::None));
     }
 }
