@@ -397,3 +397,27 @@ fn encoder_gradients_at_every_hook_point_are_the_finite_differences() {
         }
     }
 }
+
+/// One model's buffers are resized, not reallocated, when the batch shape changes:
+/// after longer and shorter batches (and more and fewer sequences) every output and
+/// pattern is bit for bit what a fresh model gives on the same batch.
+#[test]
+fn a_model_reused_across_batch_shapes_gives_a_fresh_models_bits() {
+    let long = batch();
+    let short = Batch::new(vec![1, 9, 3, 1, 0, 0], 2, 3);
+    let one = Batch::new(vec![1, 5, 7, 9, 3, 2, 4, 8, 2], 1, 9);
+    let names = ["blocks.0.attn.hook_pattern", "blocks.1.mlp.hook_post"];
+    let mut reused = tiny();
+    for b in [&long, &short, &one, &short, &long] {
+        let (out, cache) = reused.run_with_cache(b, &names).unwrap();
+        let (fresh_out, fresh_cache) = tiny().run_with_cache(b, &names).unwrap();
+        assert_eq!(out, fresh_out, "batch {} × {}", b.batch, b.seq_len);
+        for n in names {
+            assert_eq!(
+                cache[n], fresh_cache[n],
+                "{n}, batch {} × {}",
+                b.batch, b.seq_len
+            );
+        }
+    }
+}

@@ -197,20 +197,31 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Sizes every buffer for `n` sequences of `t` positions (allocates only when
-    /// they change).
+    /// Sizes every buffer for `n` sequences of `t` positions. A new shape resizes
+    /// within the capacity of the largest so far, allocating only past it: every
+    /// buffer is written before it is read, and a fresh zeroed allocation per shape
+    /// (the speed set's batches each have their own length) cost the kernel's page
+    /// faults on tens of MB every batch.
     fn ensure(&mut self, cfg: &BertConfig, n: usize, t: usize) {
         if (self.n, self.t) == (n, t) {
             return;
+        }
+        /// `len` elements; past the capacity, dropped first, so nothing is copied.
+        fn fit<T: Copy>(b: &mut Vec<T>, len: usize, fill: T) {
+            if len > b.capacity() {
+                *b = Vec::new();
+            }
+            b.resize(len, fill);
         }
         let (d, h, m) = (cfg.d_model, cfg.n_heads, cfg.d_mlp);
         (self.n, self.t) = (n, t);
         let t1 = t;
         let t = n * t1;
-        self.ids = vec![0; t];
-        self.positions = (0..t).map(|i| i % t1).collect();
-        self.types = vec![0; t];
-        self.key_mask = vec![true; t];
+        fit(&mut self.ids, t, 0);
+        self.positions.clear();
+        self.positions.extend((0..t).map(|i| i % t1));
+        fit(&mut self.types, t, 0); // token type 0 everywhere, never written
+        fit(&mut self.key_mask, t, true);
         for b in [
             &mut self.embed,
             &mut self.pos_embed,
@@ -226,11 +237,11 @@ impl Workspace {
             &mut self.mlp_out,
             &mut self.sum,
         ] {
-            *b = vec![0.0; t * d];
+            fit(b, t * d, 0.0);
         }
-        self.pattern = vec![0.0; n * h * t1 * t1];
-        self.pre = vec![0.0; t * m];
-        self.post = vec![0.0; t * m];
+        fit(&mut self.pattern, n * h * t1 * t1, 0.0);
+        fit(&mut self.pre, t * m, 0.0);
+        fit(&mut self.post, t * m, 0.0);
     }
 
     /// The final hidden state `[n·T, D]` after [`Bert::forward_chunk`].
