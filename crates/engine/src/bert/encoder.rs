@@ -183,7 +183,7 @@ pub struct Workspace {
     k: Vec<f32>,
     v: Vec<f32>,
     z: Vec<f32>,
-    /// `[H, T, T]`.
+    /// `[H, T, T]`: one sequence's, the sequences in turn.
     pattern: Vec<f32>,
     attn_out: Vec<f32>,
     mid: Vec<f32>,
@@ -239,7 +239,7 @@ impl Workspace {
         ] {
             fit(b, t * d, 0.0);
         }
-        fit(&mut self.pattern, n * h * t1 * t1, 0.0);
+        fit(&mut self.pattern, h * t1 * t1, 0.0);
         fit(&mut self.pre, t * m, 0.0);
         fit(&mut self.post, t * m, 0.0);
     }
@@ -326,70 +326,58 @@ impl Bert {
             ws.ids[i] = tok as usize;
             ws.key_mask[i] = tok != cfg.pad_token_id;
         }
-        // One tap per sequence on its rows of a stacked [n·T, ·] buffer.
-        let mut each = |site: Site, buf: &mut [f32]| -> Vec<bool> {
-            let per = buf.len() / n.max(1);
-            buf.chunks_mut(per.max(1))
-                .enumerate()
-                .map(|(s, x)| tap(site, s, x))
-                .collect()
+        // One tap per sequence on its rows of a stacked buffer that holds `count`
+        // sequences from sequence `first` on.
+        let mut each = |site: Site, first: usize, count: usize, buf: &mut [f32]| {
+            let per = buf.len() / count.max(1);
+            for (s, x) in buf.chunks_mut(per.max(1)).enumerate() {
+                tap(site, first + s, x);
+            }
         };
         // embed, pos_embed, type_embed: [n·T, D]
         embedding::forward(&mut ws.embed, &ws.ids, &w.word, d);
-        each(Site::Embed, &mut ws.embed);
+        each(Site::Embed, 0, n, &mut ws.embed);
         embedding::forward(&mut ws.pos_embed, &ws.positions, &w.pos, d);
-        each(Site::PosEmbed, &mut ws.pos_embed);
+        each(Site::PosEmbed, 0, n, &mut ws.pos_embed);
         embedding::forward(&mut ws.type_embed, &ws.types, &w.token_type, d);
-        each(Site::TokenTypeEmbed, &mut ws.type_embed);
+        each(Site::TokenTypeEmbed, 0, n, &mut ws.type_embed);
         // Hugging Face adds (word + type) + position; f32 sums follow that order.
-        for i in 0..r * d {
-            ws.sum[i] = (ws.embed[i] + ws.type_embed[i]) + ws.pos_embed[i];
-        }
+        add3(&mut ws.sum, &ws.embed, &ws.type_embed, &ws.pos_embed);
         layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &w.emb_ln_g, &w.emb_ln_b, r, d, eps);
-        each(Site::FullEmbed, &mut ws.resid);
-        let (td, htt) = (t * d, h * t * t);
+        each(Site::FullEmbed, 0, n, &mut ws.resid);
+        let td = t * d;
         for (l, (lw, lin)) in w.layers.iter().zip(&self.linears).enumerate() {
-            each(Site::ResidPre(l), &mut ws.resid);
+            each(Site::ResidPre(l), 0, n, &mut ws.resid);
             // q, k, v: [n·T, D] = [n, T, H, d_head]
             lin.q.forward(&mut ws.q, &ws.resid, r);
-            each(Site::Q(l), &mut ws.q);
+            each(Site::Q(l), 0, n, &mut ws.q);
             lin.k.forward(&mut ws.k, &ws.resid, r);
-            each(Site::K(l), &mut ws.k);
+            each(Site::K(l), 0, n, &mut ws.k);
             lin.v.forward(&mut ws.v, &ws.resid, r);
-            each(Site::V(l), &mut ws.v);
-            // per sequence: pattern [H, T, T]; z [T, H, d_head] from the pattern as
-            // the tap leaves it (an intervention on the pattern reaches z)
+            each(Site::V(l), 0, n, &mut ws.v);
+            // per sequence: its pattern [H, T, T], tapped, then its z [T, H, d_head]
+            // from the pattern as the tap leaves it (an intervention on the pattern
+            // reaches z). One sequence at a time, in one buffer, so that z reads the
+            // pattern while it is still in cache.
             for s in 0..n {
                 let rows = s * td..(s + 1) * td;
                 attention_pattern(
-                    &mut ws.pattern[s * htt..(s + 1) * htt],
+                    &mut ws.pattern,
                     &ws.q[rows.clone()],
-                    &ws.k[rows],
+                    &ws.k[rows.clone()],
                     &ws.key_mask[s * t..(s + 1) * t],
                     h,
                     dh,
                 );
+                each(Site::Pattern(l), s, 1, &mut ws.pattern);
+                pattern_times_values(&mut ws.z[rows.clone()], &ws.pattern, &ws.v[rows], h, t, dh);
             }
-            each(Site::Pattern(l), &mut ws.pattern);
-            for s in 0..n {
-                let rows = s * td..(s + 1) * td;
-                pattern_times_values(
-                    &mut ws.z[rows.clone()],
-                    &ws.pattern[s * htt..(s + 1) * htt],
-                    &ws.v[rows],
-                    h,
-                    t,
-                    dh,
-                );
-            }
-            each(Site::Z(l), &mut ws.z);
+            each(Site::Z(l), 0, n, &mut ws.z);
             // attn_out: [n·T, D]
             lin.o.forward(&mut ws.attn_out, &ws.z, r);
-            each(Site::AttnOut(l), &mut ws.attn_out);
-            for i in 0..r * d {
-                ws.mid[i] = ws.attn_out[i] + ws.resid[i];
-            }
-            each(Site::ResidMid(l), &mut ws.mid);
+            each(Site::AttnOut(l), 0, n, &mut ws.attn_out);
+            add(&mut ws.mid, &ws.attn_out, &ws.resid);
+            each(Site::ResidMid(l), 0, n, &mut ws.mid);
             layernorm::forward_f64_stats(
                 &mut ws.mid_norm,
                 &ws.mid,
@@ -399,20 +387,18 @@ impl Bert {
                 d,
                 eps,
             );
-            each(Site::NormResidMid(l), &mut ws.mid_norm);
+            each(Site::NormResidMid(l), 0, n, &mut ws.mid_norm);
             // pre, post: [n·T, d_mlp]
             lin.mlp_in.forward(&mut ws.pre, &ws.mid_norm, r);
-            each(Site::MlpPre(l), &mut ws.pre);
+            each(Site::MlpPre(l), 0, n, &mut ws.pre);
             simd::gelu_erf(&mut ws.post, &ws.pre);
-            each(Site::MlpPost(l), &mut ws.post);
+            each(Site::MlpPost(l), 0, n, &mut ws.post);
             lin.mlp_out.forward(&mut ws.mlp_out, &ws.post, r);
-            each(Site::MlpOut(l), &mut ws.mlp_out);
-            for i in 0..r * d {
-                ws.sum[i] = ws.mlp_out[i] + ws.mid_norm[i];
-            }
-            each(Site::ResidPost(l), &mut ws.sum);
+            each(Site::MlpOut(l), 0, n, &mut ws.mlp_out);
+            add(&mut ws.sum, &ws.mlp_out, &ws.mid_norm);
+            each(Site::ResidPost(l), 0, n, &mut ws.sum);
             layernorm::forward_f64_stats(&mut ws.resid, &ws.sum, &lw.ln2_g, &lw.ln2_b, r, d, eps);
-            each(Site::NormResidPost(l), &mut ws.resid);
+            each(Site::NormResidPost(l), 0, n, &mut ws.resid);
         }
     }
 
@@ -471,11 +457,48 @@ fn attention_pattern(
             t,
             false,
         );
+        simd::widest(
+            #[inline(always)]
+            || pat.iter_mut().for_each(|x| *x *= scale),
+        );
         for row in pat.chunks_exact_mut(t) {
-            row.iter_mut().for_each(|x| *x *= scale);
             simd::softmax_row(row, key_mask);
         }
     }
+}
+
+/// `out = a + b` entry by entry, compiled at the processor's widest level (an
+/// indexed loop over the workspace's fields ran scalar, reloading every pointer).
+fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
+    assert!(
+        a.len() == out.len() && b.len() == out.len(),
+        "add: lengths differ"
+    );
+    simd::widest(
+        #[inline(always)]
+        || {
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = x + y;
+            }
+        },
+    );
+}
+
+/// `out = (a + b) + c` entry by entry, as [`add`]: the embeddings' sum in Hugging
+/// Face's order.
+fn add3(out: &mut [f32], a: &[f32], b: &[f32], c: &[f32]) {
+    assert!(
+        a.len() == out.len() && b.len() == out.len() && c.len() == out.len(),
+        "add3: lengths differ"
+    );
+    simd::widest(
+        #[inline(always)]
+        || {
+            for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(c) {
+                *o = (x + y) + z;
+            }
+        },
+    );
 }
 
 /// `z[:, h] = pattern[h] · v[:, h]` for every head, overwriting `z`.
