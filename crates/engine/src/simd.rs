@@ -377,6 +377,58 @@ mod tests {
         }
     }
 
+    /// The softmax written out plainly (the maximum, `exp` of the kept entries less
+    /// it, eight partial sums in order, divide): `softmax_row` at every level must
+    /// give its bits, which pins the order of the sums any faster body has to keep
+    /// (the rows' spread of magnitudes makes a swapped pair of terms show).
+    fn softmax_in_passes(row: &mut [f32], keep: &[bool]) {
+        let m = row.iter().zip(keep).fold(
+            f32::NEG_INFINITY,
+            |a, (&v, &k)| if k { a.max(v) } else { a },
+        );
+        if m == f32::NEG_INFINITY {
+            row.iter_mut().for_each(|v| *v = 0.0);
+            return;
+        }
+        for (v, &k) in row.iter_mut().zip(keep) {
+            *v = exp1(if k { *v - m } else { f32::NEG_INFINITY });
+        }
+        let mut part = [0.0f32; 8];
+        let mut chunks = row.chunks_exact(8);
+        for c in &mut chunks {
+            for (p, &v) in part.iter_mut().zip(c) {
+                *p += v;
+            }
+        }
+        let sum = part.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+        row.iter_mut().for_each(|v| *v /= sum);
+    }
+
+    #[test]
+    fn softmax_row_is_the_plain_softmax_bit_for_bit() {
+        // rows of scores spread over e^−15 … 1, where the order of a sum shows in its bits
+        for (n, row) in [1usize, 7, 8, 15, 16, 17, 24, 31, 42, 100, 128, 129]
+            .into_iter()
+            .flat_map(|n| (0..40).map(move |row| (n, row)))
+        {
+            let z: Vec<f32> = (0..n)
+                .map(|i| {
+                    ((i as u64 * 2_654_435_761 + row as u64 * 40_503) % 10_007) as f32 * 1.5e-3
+                        - 12.0
+                })
+                .collect();
+            let keep: Vec<bool> = (0..n).map(|i| i % 11 != 4 && i + 3 < n.max(4)).collect();
+            let mut want = z.clone();
+            softmax_in_passes(&mut want, &keep);
+            for at in supported_levels() {
+                let mut got = z.clone();
+                softmax_row_at(at, &mut got, &keep);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "n = {n}, row {row} at {at:?}");
+            }
+        }
+    }
+
     #[test]
     fn softmax_row_matches_the_engine_softmax() {
         use crate::layers::softmax;

@@ -30,7 +30,10 @@ fn encoder_flops(c: &BertConfig, batch: usize, t: usize) -> f64 {
 }
 
 /// `--speed OUT_DIR`: one warm-up and one timed pass over the batches in
-/// `OUT_DIR/meta.json`; prints `{"seconds": ..}` on stdout.
+/// `OUT_DIR/meta.json`, then the 2-thread `gemm` peak measured again; prints
+/// `{"seconds": .., "peak_gflops": ..}` on stdout. `run.sh` divides by the best
+/// peak of the sitting: one measurement alone can fall in a slow minute of the
+/// shared host and flatter the share.
 fn speed(out: &Path) -> anyhow::Result<()> {
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("meta.json"))?)?;
@@ -67,9 +70,11 @@ fn speed(out: &Path) -> anyhow::Result<()> {
         }
         secs = t0.elapsed().as_secs_f64();
     }
+    let threads = rayon::current_num_threads();
+    let peak = measured_peak_gflops::<f32>(1024, threads, 8);
     println!(
         "{}",
-        serde_json::json!({"seconds": secs, "threads": rayon::current_num_threads()})
+        serde_json::json!({"seconds": secs, "threads": threads, "peak_gflops": peak})
     );
     Ok(())
 }
