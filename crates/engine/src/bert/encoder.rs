@@ -198,10 +198,9 @@ pub struct Workspace {
 
 impl Workspace {
     /// Sizes every buffer for `n` sequences of `t` positions. A new shape resizes
-    /// within the capacity of the largest so far, allocating only past it: every
-    /// buffer is written before it is read, and a fresh zeroed allocation per shape
-    /// (the speed set's batches each have their own length) cost the kernel's page
-    /// faults on tens of MB every batch.
+    /// within the capacity of the largest so far, allocating only past it (every
+    /// buffer is written before it is read), so once a model has seen its largest
+    /// batch a pass allocates nothing, however the lengths vary.
     fn ensure(&mut self, cfg: &BertConfig, n: usize, t: usize) {
         if (self.n, self.t) == (n, t) {
             return;
