@@ -150,6 +150,110 @@ pub fn matmul_strided<T: Float>(
     gemm_with(p, Parallelism::None)
 }
 
+/// One right operand `b`, stored `[n, k]` with row stride `ldb` and used
+/// transposed, shared by several products that each take a prefix of its
+/// columns (causal attention's query blocks, each against the keys it may see):
+/// see [`with_b_transposed`].
+pub struct TransposedB<'a, T> {
+    b: &'a [T],
+    ldb: usize,
+    n: usize,
+    k: usize,
+    /// `b` in `[k, n]` order, where the direct kernel runs.
+    copy: Option<&'a [T]>,
+}
+
+impl<T: Float> TransposedB<'_, T> {
+    /// `c[m, n] (+)= op(a)[m, k] · bᵀ[k, :n]` for the first `n` columns, as
+    /// [`matmul_strided`] with `b` and `Op::T` computes it, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn product(
+        &self,
+        c: &mut [T],
+        ldc: usize,
+        a: &[T],
+        lda: usize,
+        op_a: Op,
+        m: usize,
+        n: usize,
+        accumulate: bool,
+    ) {
+        assert!(
+            n <= self.n,
+            "matmul: {n} columns of a shared b of {}",
+            self.n
+        );
+        let k = self.k;
+        match self.copy {
+            // exactly the products the direct kernel takes with `b` transposed,
+            // which it would copy into this order itself: the same kernel on the
+            // same numbers
+            Some(bt) if direct::takes(Op::T, m, k, n) => {
+                matmul_strided(c, ldc, a, lda, op_a, bt, self.n, Op::N, m, k, n, accumulate)
+            }
+            _ => matmul_strided(
+                c,
+                ldc,
+                a,
+                lda,
+                op_a,
+                self.b,
+                self.ldb,
+                Op::T,
+                m,
+                k,
+                n,
+                accumulate,
+            ),
+        }
+    }
+}
+
+/// Runs `f` on `b` (`[n, k]`, row stride `ldb`, used transposed) for several
+/// products ([`TransposedB::product`]). Where the direct kernel runs (f32 at the
+/// AVX-512 level) `b` is copied into `[k, n]` order once, into a thread's own
+/// buffer, and each product the kernel takes reads that copy instead of making
+/// its own: a causal attention head pays for one copy of its keys instead of
+/// one per query block. Every product is computed as it would be without the
+/// shared copy, bit for bit.
+///
+/// ```
+/// use mechlab_engine::matmul::{with_b_transposed, Op};
+/// // c[1, 2] = a[1, 2] · bᵀ, b stored [2, 2]
+/// let (a, b) = ([1.0f32, 2.0], [3.0f32, 4.0, 5.0, 6.0]);
+/// let mut c = [0.0f32; 2];
+/// with_b_transposed(&b, 2, 2, 2, |bt| bt.product(&mut c, 2, &a, 2, Op::N, 1, 2, false));
+/// assert_eq!(c, [11.0, 17.0]);
+/// ```
+pub fn with_b_transposed<T: Float, R>(
+    b: &[T],
+    ldb: usize,
+    n: usize,
+    k: usize,
+    f: impl FnOnce(&TransposedB<'_, T>) -> R,
+) -> R {
+    assert!(ldb >= k, "matmul: ldb {ldb} < k {k}");
+    assert!(
+        b.len() >= span(n, k, ldb),
+        "matmul: b has {} < {n}x{k}",
+        b.len()
+    );
+    let shared = |copy| TransposedB { b, ldb, n, k, copy };
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && crate::simd::level() == crate::simd::Level::Avx512
+    {
+        // SAFETY: T is f32 (checked just above), so this is the same slice.
+        let b32 = unsafe { std::slice::from_raw_parts(b.as_ptr() as *const f32, b.len()) };
+        return direct::with_transposed(b32, ldb, n, k, |bt| {
+            // SAFETY: as above, T is f32
+            let bt = unsafe { std::slice::from_raw_parts(bt.as_ptr() as *const T, bt.len()) };
+            f(&shared(Some(bt)))
+        });
+    }
+    f(&shared(None))
+}
+
 /// The SIMD level `gemm` dispatches to on this processor: `"avx512f"` (its `x86-v4`
 /// kernels, which the workspace enables; chosen at run time), `"fma"` (its 256-bit kernels), or
 /// `"scalar"`. Benchmarks print it beside their numbers.

@@ -163,7 +163,11 @@ impl<T: Float> Work<T> {
             Stage::Q => &mut self.q[l][..nhd],
             Stage::K => &mut self.k[l][..nhd],
             Stage::V => &mut self.v[l][..nhd],
-            Stage::Pattern => &mut self.pattern[l][..dm.n * dm.pat_len()],
+            Stage::Pattern => {
+                // whoever loads a pattern may write any entry
+                self.pattern_rest_zero[l] = false;
+                &mut self.pattern[l][..dm.n * dm.pat_len()]
+            }
             Stage::Z => &mut self.z[l][..nhd],
             Stage::AttnOut => &mut self.attn_out[l][..nd],
             Stage::ResidMid => &mut self.mid[l][..nd],
@@ -232,6 +236,10 @@ impl<T: Float> Work<T> {
         }
         if at(Stage::Pattern) {
             // a hook that changes the pattern: z is recomputed from what it left
+            if vis.is_some() {
+                // a hook may write any entry
+                self.pattern_rest_zero[l] = false;
+            }
             let p = &mut self.pattern[l][..dm.n * dm.pat_len()];
             let name = || format!("blocks.{l}.attn.hook_pattern");
             if visit(vis, name, Kind::Pattern, p)? {
@@ -315,7 +323,9 @@ impl<T: Float> Work<T> {
     fn attend(&mut self, m: &Gpt<T>, l: usize) {
         let dm = self.dims(m);
         let (t, hd, pat_len) = (dm.t, dm.hd, dm.pat_len());
-        let attn = Attention::new(dm.nh, t, t, dm.dh, dm.dh).with_causal(true);
+        let attn = Attention::new(dm.nh, t, t, dm.dh, dm.dh)
+            .with_causal(true)
+            .with_rest_zeroed(self.pattern_rest_zero[l]);
         if let (Some(rpe), Some(ti)) = (&m.rpe, m.ix.blocks[l].rpe) {
             rpe.forward(&mut self.bias[l], &mut self.mask[l], m.value(ti), t);
         }
@@ -338,6 +348,10 @@ impl<T: Float> Work<T> {
                 &v[sq],
                 &ex,
             );
+        }
+        // the zeros are all in place once every sequence's pattern was written
+        if dm.n * pat_len == self.pattern[l].len() {
+            self.pattern_rest_zero[l] = true;
         }
     }
 

@@ -189,3 +189,52 @@ fn a_kept_workspace_carries_nothing_over() {
         );
     }
 }
+
+/// The attention forward leaves the pattern's zeros past each causal block to
+/// the workspace that keeps them (`Attention::rest_zeroed`): once a hook has
+/// written every entry of a pattern (ones, the masked triangle included), the
+/// next hooked forward through the same kept one-chunk workspace writes those
+/// zeros again, so what its hooks and cache see is the unhooked forward's.
+#[test]
+fn a_pattern_hook_leaves_no_entry_behind_for_the_next_forward() {
+    use crate::hooks::{HookFn, Tensor};
+    // two causal blocks (T > CAUSAL_BLOCK): keys 64.. of the first block's
+    // rows are never computed, only zeroed
+    let t = crate::layers::attention::CAUSAL_BLOCK + 6;
+    let cfg = GptConfig {
+        n_ctx: t,
+        ..tiny(
+            false,
+            Normalization::LN,
+            PositionalEmbedding::Standard,
+            false,
+        )
+    };
+    let mut m = Gpt::<f64>::new(&cfg, &mut ChaCha8Rng::seed_from_u64(5)).unwrap();
+    let b = 2;
+    let batch = Batch::new(tokens(b, t, cfg.d_vocab, 8), b, t);
+    let names = ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"];
+    let (y0, c0) = m.run_with_cache(&batch, &names).unwrap();
+    let zeros = c0[names[0]].data.iter().filter(|&&p| p == 0.0).count();
+    assert!(zeros > b * 2 * 64 * 6, "the masked triangle holds zeros");
+    let hook = |name: &str, ablation| Hook {
+        name: name.into(),
+        ablation,
+        heads: None,
+        positions: None,
+    };
+    // hands the hooked tensor on unchanged: what the forward left there
+    let same = || Ablation::Call(HookFn(std::sync::Arc::new(|t: &Tensor| Ok(t.clone()))));
+    for name in names {
+        let ones = Tensor::new(c0[name].shape.clone(), vec![1.0; c0[name].numel()]);
+        let (y1, _) = m
+            .run_hooked(&batch, &[hook(name, Ablation::patch(ones))], &[])
+            .unwrap();
+        assert_ne!(y1.data, y0.data, "the hook acts");
+        let (y2, c2) = m.run_hooked(&batch, &[hook(name, same())], &names).unwrap();
+        assert_eq!(y2.data, y0.data, "after a hook on {name}");
+        for n in names {
+            assert_eq!(c2[n].data, c0[n].data, "{n} after a hook on {name}");
+        }
+    }
+}

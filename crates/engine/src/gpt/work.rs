@@ -85,6 +85,11 @@ pub struct Work<T> {
     pub(super) v: Vec<Vec<T>>,
     pub(super) z: Vec<Vec<T>>,
     pub(super) pattern: Vec<Vec<T>>,
+    /// Per layer: `pattern` holds zeros past each causal block's keys, as the
+    /// buffer is allocated and as the attention forward leaves it; cleared when
+    /// a hook or a resumed forward is handed the pattern to write
+    /// (`Attention::rest_zeroed`).
+    pub(super) pattern_rest_zero: Vec<bool>,
     pub(super) attn_out: Vec<Vec<T>>,
     pub(super) bias: Vec<Vec<T>>,
     pub(super) mask: Vec<Vec<bool>>,
@@ -148,6 +153,7 @@ impl<T: Float> Work<T> {
             v: each(rows * hd, true),
             z: each(rows * hd, true),
             pattern: each(per * c.n_heads * t * t, true),
+            pattern_rest_zero: vec![true; l],
             attn_out: each(rows * d, true),
             bias: each(c.n_heads * t * t, rpe),
             mask: if rpe {

@@ -33,7 +33,7 @@
 //! ```
 
 use super::softmax;
-use crate::matmul::{matmul_strided, Op};
+use crate::matmul::{matmul_strided, with_b_transposed, Op};
 use crate::Float;
 
 /// Query rows per block of the causal path (`Attention::row_blocks`).
@@ -54,6 +54,12 @@ pub struct Attention {
     /// The backward writes `dq`, `dk`, `dv` (the bits of adding into zeros)
     /// instead of adding into them. Default off.
     pub grads_written: bool,
+    /// The caller's `pattern` already holds zeros past each causal block's keys
+    /// (the part of the masked triangle the row blocks never compute), so the
+    /// forward leaves those entries alone instead of writing the zeros again.
+    /// Default off; a caller that sets it must know it (the GPT's workspace
+    /// tracks it per layer). Nothing the forward computes reads them.
+    pub rest_zeroed: bool,
 }
 
 /// Optional additive bias and masks (all `None` by default).
@@ -89,6 +95,7 @@ impl Attention {
             scale: 1.0 / (d_qk.max(1) as f64).sqrt(),
             causal: false,
             grads_written: false,
+            rest_zeroed: false,
         }
     }
     pub fn with_scale(mut self, scale: f64) -> Self {
@@ -103,6 +110,12 @@ impl Attention {
     /// buffers would otherwise be zeroed first.
     pub fn with_grads_written(mut self, on: bool) -> Self {
         self.grads_written = on;
+        self
+    }
+    /// See [`Attention::rest_zeroed`]: for a caller whose pattern buffer keeps
+    /// those zeros from one forward to the next.
+    pub fn with_rest_zeroed(mut self, on: bool) -> Self {
+        self.rest_zeroed = on;
         self
     }
     /// Elements of `pattern` (and of `bias`, `mask`): `H · Tq · Tk`.
@@ -196,60 +209,67 @@ impl Attention {
         for h in 0..nh {
             let pat = &mut pattern[h * tq * tk..(h + 1) * tq * tk];
             let (qh, kh, vh) = (&q[h * dqk..], &k[h * dqk..], &v[h * dv..]);
-            for (i0, i1, n) in self.row_blocks() {
-                // pat[i, :n] = <q[i, h], k[j, h]> for the block's rows
-                matmul_strided(
-                    &mut pat[i0 * tk..],
-                    tk,
-                    &qh[i0 * ldqk..],
-                    ldqk,
-                    Op::N,
-                    kh,
-                    ldqk,
-                    Op::T,
-                    i1 - i0,
-                    dqk,
-                    n,
-                    false,
-                );
-                for i in i0..i1 {
-                    let (row, rest) = pat[i * tk..(i + 1) * tk].split_at_mut(n);
-                    rest.iter_mut().for_each(|x| *x = T::zero());
-                    row.iter_mut().for_each(|x| *x *= scale);
-                    if let Some(b) = ex.bias {
-                        let b = &b[(h * tq + i) * tk..(h * tq + i) * tk + n];
-                        row.iter_mut().zip(b).for_each(|(x, &bj)| *x += bj);
-                    }
+            // kᵀ copied once for all the blocks (each takes a prefix of its columns)
+            with_b_transposed(kh, ldqk, tk, dqk, |kt| {
+                for (i0, i1, n) in self.row_blocks() {
+                    // pat[i, :n] = <q[i, h], k[j, h]> for the block's rows
+                    kt.product(
+                        &mut pat[i0 * tk..],
+                        tk,
+                        &qh[i0 * ldqk..],
+                        ldqk,
+                        Op::N,
+                        i1 - i0,
+                        n,
+                        false,
+                    );
+                    // scaled (and masked) in the widest lanes: the same bits per entry
+                    crate::simd::widest(
+                        #[inline(always)]
+                        || {
+                            for i in i0..i1 {
+                                let (row, rest) = pat[i * tk..(i + 1) * tk].split_at_mut(n);
+                                if !self.rest_zeroed {
+                                    rest.iter_mut().for_each(|x| *x = T::zero());
+                                }
+                                row.iter_mut().for_each(|x| *x *= scale);
+                                if let Some(b) = ex.bias {
+                                    let b = &b[(h * tq + i) * tk..(h * tq + i) * tk + n];
+                                    row.iter_mut().zip(b).for_each(|(x, &bj)| *x += bj);
+                                }
+                                if only_causal {
+                                    row[kept(i)..].iter_mut().for_each(|x| *x = T::zero());
+                                } else {
+                                    softmax::row_in_place(row, |j| self.allowed(ex, h, i, j));
+                                }
+                            }
+                        },
+                    );
                     if only_causal {
-                        row[kept(i)..].iter_mut().for_each(|x| *x = T::zero());
-                    } else {
-                        softmax::row_in_place(row, |j| self.allowed(ex, h, i, j));
+                        // the kept keys are a prefix: the softmax over it alone gives the
+                        // same numbers (masked keys only add zeros to the sum) without a
+                        // branch per key, and the block's rows side by side
+                        softmax::prefix_rows_in_place(&mut pat[i0 * tk..], i1 - i0, tk, |r| {
+                            kept(i0 + r)
+                        });
                     }
+                    // z[i, h] = pat[i, :n] · v[:n, h]
+                    matmul_strided(
+                        &mut z[i0 * ldv + h * dv..],
+                        ldv,
+                        &pat[i0 * tk..],
+                        tk,
+                        Op::N,
+                        vh,
+                        ldv,
+                        Op::N,
+                        i1 - i0,
+                        n,
+                        dv,
+                        false,
+                    );
                 }
-                if only_causal {
-                    // the kept keys are a prefix: the softmax over it alone gives the
-                    // same numbers (masked keys only add zeros to the sum) without a
-                    // branch per key, and the block's rows side by side
-                    softmax::prefix_rows_in_place(&mut pat[i0 * tk..], i1 - i0, tk, |r| {
-                        kept(i0 + r)
-                    });
-                }
-                // z[i, h] = pat[i, :n] · v[:n, h]
-                matmul_strided(
-                    &mut z[i0 * ldv + h * dv..],
-                    ldv,
-                    &pat[i0 * tk..],
-                    tk,
-                    Op::N,
-                    vh,
-                    ldv,
-                    Op::N,
-                    i1 - i0,
-                    n,
-                    dv,
-                    false,
-                );
-            }
+            });
         }
     }
 
@@ -321,85 +341,95 @@ impl Attention {
             let (qh, kh) = (&q[h * dqk..], &k[h * dqk..]);
             // keys 0..seen have their dk, dv rows formed by an earlier block
             let mut seen = if set { 0 } else { tk };
-            for (i0, i1, n) in self.row_blocks() {
-                let m = i1 - i0;
-                // d_pattern[i, :n] = dz[i, h] · v[:n, h]ᵀ   (scratch rows i, stride Tk)
-                matmul_strided(
-                    &mut scratch[i0 * tk..],
-                    tk,
-                    &dzh[i0 * ldv..],
-                    ldv,
-                    Op::N,
-                    vh,
-                    ldv,
-                    Op::T,
-                    m,
-                    d_v,
-                    n,
-                    false,
-                );
-                // dv[:n, h] += pattern[rows, :n]ᵀ · dz[rows, h]
-                // (rows seen..n written)
-                for (j0, j1, add) in key_spans(seen, n) {
-                    matmul_strided(
-                        &mut dv[j0 * ldv + h * d_v..],
-                        ldv,
-                        &pat[i0 * tk + j0..],
+            // vᵀ copied once for all the blocks (each takes a prefix of its columns)
+            with_b_transposed(vh, ldv, tk, d_v, |vt| {
+                for (i0, i1, n) in self.row_blocks() {
+                    let m = i1 - i0;
+                    // d_pattern[i, :n] = dz[i, h] · v[:n, h]ᵀ   (scratch rows i, stride Tk)
+                    vt.product(
+                        &mut scratch[i0 * tk..],
                         tk,
-                        Op::T,
                         &dzh[i0 * ldv..],
                         ldv,
                         Op::N,
-                        j1 - j0,
                         m,
-                        d_v,
-                        add,
+                        n,
+                        false,
                     );
-                }
-                // d_logits = softmax backward, the block's rows side by side
-                softmax::backward_rows_in_place(&mut scratch[i0 * tk..], &pat[i0 * tk..], m, n, tk);
-                for i in i0..i1 {
-                    let g = &mut scratch[i * tk..i * tk + n];
-                    if let Some(db) = d_bias.as_deref_mut() {
-                        let db = &mut db[(h * tq + i) * tk..(h * tq + i) * tk + n];
-                        db.iter_mut().zip(g.iter()).for_each(|(a, &b)| *a += b);
+                    // dv[:n, h] += pattern[rows, :n]ᵀ · dz[rows, h]
+                    // (rows seen..n written)
+                    for (j0, j1, add) in key_spans(seen, n) {
+                        matmul_strided(
+                            &mut dv[j0 * ldv + h * d_v..],
+                            ldv,
+                            &pat[i0 * tk + j0..],
+                            tk,
+                            Op::T,
+                            &dzh[i0 * ldv..],
+                            ldv,
+                            Op::N,
+                            j1 - j0,
+                            m,
+                            d_v,
+                            add,
+                        );
                     }
-                    g.iter_mut().for_each(|x| *x *= scale);
-                }
-                // dq[rows, h] += d_logits · k[:n, h] (each row once: written
-                // when set);  dk[:n, h] += d_logitsᵀ · q[rows, h] (as dv)
-                matmul_strided(
-                    &mut dq[i0 * ldqk + h * dqk..],
-                    ldqk,
-                    &scratch[i0 * tk..],
-                    tk,
-                    Op::N,
-                    kh,
-                    ldqk,
-                    Op::N,
-                    m,
-                    n,
-                    dqk,
-                    !set,
-                );
-                for (j0, j1, add) in key_spans(seen, n) {
-                    matmul_strided(
-                        &mut dk[j0 * ldqk + h * dqk..],
-                        ldqk,
-                        &scratch[i0 * tk + j0..],
+                    // d_logits = softmax backward, the block's rows side by side
+                    softmax::backward_rows_in_place(
+                        &mut scratch[i0 * tk..],
+                        &pat[i0 * tk..],
+                        m,
+                        n,
                         tk,
-                        Op::T,
-                        &qh[i0 * ldqk..],
+                    );
+                    crate::simd::widest(
+                        #[inline(always)]
+                        || {
+                            for i in i0..i1 {
+                                let g = &mut scratch[i * tk..i * tk + n];
+                                if let Some(db) = d_bias.as_deref_mut() {
+                                    let db = &mut db[(h * tq + i) * tk..(h * tq + i) * tk + n];
+                                    db.iter_mut().zip(g.iter()).for_each(|(a, &b)| *a += b);
+                                }
+                                g.iter_mut().for_each(|x| *x *= scale);
+                            }
+                        },
+                    );
+                    // dq[rows, h] += d_logits · k[:n, h] (each row once: written
+                    // when set);  dk[:n, h] += d_logitsᵀ · q[rows, h] (as dv)
+                    matmul_strided(
+                        &mut dq[i0 * ldqk + h * dqk..],
+                        ldqk,
+                        &scratch[i0 * tk..],
+                        tk,
+                        Op::N,
+                        kh,
                         ldqk,
                         Op::N,
-                        j1 - j0,
                         m,
+                        n,
                         dqk,
-                        add,
+                        !set,
                     );
+                    for (j0, j1, add) in key_spans(seen, n) {
+                        matmul_strided(
+                            &mut dk[j0 * ldqk + h * dqk..],
+                            ldqk,
+                            &scratch[i0 * tk + j0..],
+                            tk,
+                            Op::T,
+                            &qh[i0 * ldqk..],
+                            ldqk,
+                            Op::N,
+                            j1 - j0,
+                            m,
+                            dqk,
+                            add,
+                        );
+                    }
+                    seen = seen.max(n);
                 }
-                seen = seen.max(n);
-            }
+            });
             // keys no query may see: zero gradient, written
             for j in seen..tk {
                 dk[j * ldqk + h * dqk..][..dqk].fill(T::zero());

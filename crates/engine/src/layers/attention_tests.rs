@@ -346,3 +346,40 @@ fn backward_keeps_its_direction_at_saturation() {
         assert_direction(name, &got[r.clone()], &want[r], MIN_COSINE);
     }
 }
+
+/// With `rest_zeroed` the forward leaves the entries past each causal block's
+/// keys as it finds them, and computes the same bits everywhere else.
+#[test]
+fn rest_zeroed_leaves_only_the_never_computed_entries() {
+    let (nh, tq, tk, d) = (2, 150, 150, 3);
+    let mut r = rng(31);
+    let (q, k, v) = (
+        uniform(&mut r, tq * nh * d),
+        uniform(&mut r, tk * nh * d),
+        uniform(&mut r, tk * nh * d),
+    );
+    let a = Attention::new(nh, tq, tk, d, d).with_causal(true);
+    let run = |a: Attention, fill: f64| {
+        let (mut z, mut p) = (vec![0.0; tq * nh * d], vec![fill; a.pattern_len()]);
+        a.forward(&mut z, &mut p, &q, &k, &v, &AttnExtras::default());
+        (z, p)
+    };
+    let (z0, p0) = run(a, 9.0);
+    let (z1, p1) = run(a.with_rest_zeroed(true), 9.0);
+    assert_eq!(z1, z0);
+    let mut kept = 0;
+    for (e, (&x, &y)) in p1.iter().zip(&p0).enumerate() {
+        let (i, j) = ((e / tk) % tq, e % tk);
+        // the block of row i computes keys up to its last row
+        let n = (i / CAUSAL_BLOCK + 1) * CAUSAL_BLOCK;
+        if j >= n {
+            assert_eq!((x, y), (9.0, 0.0), "[{i}, {j}] is left alone");
+            kept += 1;
+        } else {
+            assert_eq!(x.to_bits(), y.to_bits(), "[{i}, {j}]");
+        }
+    }
+    assert!(kept > 0);
+    // on a buffer that holds those zeros, the same pattern
+    assert_eq!(run(a.with_rest_zeroed(true), 0.0), (z0, p0));
+}

@@ -118,6 +118,38 @@ pub(super) fn product(p: Product<'_, f32>) -> bool {
     }
 }
 
+/// `f(bᵀ)` with `b` (`[n, k]`, row stride `ldb`) copied into a thread's own dense
+/// `[k, n]` buffer (the copy [`product`] makes for a transposed `b`), for
+/// [`super::with_b_transposed`], which checked AVX-512 and that `b` spans `n`
+/// rows of `k`.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn with_transposed<R>(
+    b: &[f32],
+    ldb: usize,
+    n: usize,
+    k: usize,
+    f: impl FnOnce(&[f32]) -> R,
+) -> R {
+    thread_local! {
+        /// Its own buffer: the products `f` runs may take `PACKED`.
+        static SHARED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    assert!(
+        simd::level() == Level::Avx512,
+        "direct: a transposed copy without AVX-512"
+    );
+    SHARED.with(|cell| {
+        let mut bt = cell.borrow_mut();
+        if bt.len() < k * n {
+            bt.resize(k * n, 0.0);
+        }
+        // SAFETY: AVX-512 is here (asserted); b holds n rows of k at stride ldb
+        // (the caller checked), and bt at least k·n entries.
+        unsafe { avx512::transpose(bt.as_mut_ptr(), b.as_ptr(), ldb, n, k) };
+        f(&bt[..k * n])
+    })
+}
+
 /// Strides and options shared by every tile of one product.
 #[derive(Clone, Copy)]
 struct Shape {

@@ -161,3 +161,40 @@ fn double_double_fallback_matches_gemm() {
         }
     }
 }
+
+/// Products through [`with_b_transposed`] are the bits of the same products
+/// with `b` used transposed in place, for column prefixes of one `b` (causal
+/// attention's blocks; 2 columns: a product `gemm` sums in another order, which
+/// must not take the copy), with a strided `b`, in f32 (the copy, where the
+/// direct kernel runs) and f64 (`b` as given).
+#[test]
+fn products_on_a_shared_transposed_b_are_the_products_on_b() {
+    fn check<T: Float>(scale: f64) {
+        let (m, k, n, ldb) = (64, 32, 150, 40);
+        let a: Vec<T> = (0..m * k)
+            .map(|i| T::of((i as f64 * 0.37).sin() * scale))
+            .collect();
+        let b: Vec<T> = (0..n * ldb)
+            .map(|i| T::of((i as f64 * 0.11).cos() * 2f64.powi(i as i32 % 9 - 4)))
+            .collect();
+        let widths = [64, 128, 150, 2];
+        let direct: Vec<Vec<T>> = widths
+            .iter()
+            .map(|&w| {
+                let mut c = vec![T::zero(); m * w];
+                matmul_strided(&mut c, w, &a, k, Op::N, &b, ldb, Op::T, m, k, w, false);
+                c
+            })
+            .collect();
+        with_b_transposed(&b, ldb, n, k, |bt| {
+            for (&w, want) in widths.iter().zip(&direct) {
+                let mut c = vec![T::zero(); m * w];
+                bt.product(&mut c, w, &a, k, Op::N, m, w, false);
+                let bits = |v: &[T]| v.iter().map(|x| x.as_f64().to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&c), bits(want), "{} columns", w);
+            }
+        });
+    }
+    check::<f32>(3.0);
+    check::<f64>(3.0);
+}
